@@ -1,0 +1,433 @@
+//! The types the browser and the server share: what a client asks for, what it is shown, and the
+//! states an export moves through (SPEC §3–§4).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The stored state of an export operation (SPEC §4). The worker, the cancel call and the janitor
+/// move operations between these; `Ready`, `Failed` and `Cancelled` are terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExportStatus {
+    /// Accepted and waiting for a worker. In: create. Out: worker claim, cancel, janitor (queue TTL).
+    Queued,
+    /// Claimed by a worker holding a lease. In: worker claim. Out: release, failure, cancel, janitor, hand-back.
+    Running,
+    /// A transient failure; claimable again after `next_attempt_at`. In: worker or janitor. Out: claim, cancel.
+    RetryWait,
+    /// Cancel asked while running; the worker stops at its next checkpoint. In: cancel. Out: worker, janitor.
+    CancelRequested,
+    /// Terminal: cancelled before it finished.
+    Cancelled,
+    /// Terminal: the artifact is published.
+    Ready,
+    /// Terminal: failed permanently or ran out of attempts.
+    Failed,
+}
+
+impl ExportStatus {
+    /// Every status, in the order of SPEC §4.
+    pub const ALL: [ExportStatus; 7] = [
+        ExportStatus::Queued,
+        ExportStatus::Running,
+        ExportStatus::RetryWait,
+        ExportStatus::CancelRequested,
+        ExportStatus::Cancelled,
+        ExportStatus::Ready,
+        ExportStatus::Failed,
+    ];
+
+    /// The name stored in the database and shown in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExportStatus::Queued => "queued",
+            ExportStatus::Running => "running",
+            ExportStatus::RetryWait => "retry_wait",
+            ExportStatus::CancelRequested => "cancel_requested",
+            ExportStatus::Cancelled => "cancelled",
+            ExportStatus::Ready => "ready",
+            ExportStatus::Failed => "failed",
+        }
+    }
+
+    /// Parses a stored status name.
+    pub fn parse(name: &str) -> Option<ExportStatus> {
+        ExportStatus::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// Whether no transition leaves this state.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, ExportStatus::Ready | ExportStatus::Failed | ExportStatus::Cancelled)
+    }
+}
+
+/// A time range preset (SPEC §3.1), resolved in the request's timezone at acceptance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preset {
+    /// The local day before today.
+    Yesterday,
+    /// The seven local days before today.
+    Last7Days,
+    /// From the first of this month to the first of next month.
+    ThisMonth,
+}
+
+/// The time range of a request: a preset, or inclusive local dates `YYYY-MM-DD`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TimeRange {
+    /// A named range relative to the local day of acceptance.
+    Preset {
+        /// Which preset.
+        preset: Preset,
+    },
+    /// Explicit local days, `to` inclusive.
+    Dates {
+        /// First local day.
+        from: String,
+        /// Last local day (inclusive).
+        to: String,
+    },
+}
+
+impl Default for TimeRange {
+    fn default() -> Self {
+        TimeRange::Preset { preset: Preset::Last7Days }
+    }
+}
+
+/// Options of the produced file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportOptions {
+    /// Start the file with a UTF-8 byte order mark, for spreadsheet software.
+    #[serde(default)]
+    pub bom: bool,
+}
+
+fn default_format() -> String {
+    "csv".to_owned()
+}
+
+fn default_timezone() -> String {
+    "UTC".to_owned()
+}
+
+/// The body of `POST /api/exports` (SPEC §3.1). Deserialising fills in the defaults, so the value
+/// is the request "with defaults filled in" that the fingerprint and `ExportView.request` use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportRequest {
+    /// The report's name, e.g. `orders`.
+    pub report: String,
+    /// Filter name → value; which filters exist depends on the report.
+    #[serde(default)]
+    pub filters: BTreeMap<String, serde_json::Value>,
+    /// The columns asked for; `null` means every column the role may read.
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+    /// The file format; only `csv`.
+    #[serde(default = "default_format")]
+    pub format: String,
+    /// The rows' time range.
+    #[serde(default)]
+    pub time_range: TimeRange,
+    /// The IANA timezone the dates are local to.
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+    /// File options.
+    #[serde(default)]
+    pub options: ExportOptions,
+}
+
+impl ExportRequest {
+    /// A request for `report` with every default.
+    pub fn new(report: &str) -> ExportRequest {
+        ExportRequest {
+            report: report.to_owned(),
+            filters: BTreeMap::new(),
+            columns: None,
+            format: default_format(),
+            time_range: TimeRange::default(),
+            timezone: default_timezone(),
+            options: ExportOptions::default(),
+        }
+    }
+}
+
+/// What acceptance fixed for good: the UTC half-open interval, the columns after the role's
+/// policy, and the deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedContract {
+    /// Start of the interval (inclusive), RFC 3339 UTC.
+    pub from: String,
+    /// End of the interval (exclusive), RFC 3339 UTC.
+    pub to: String,
+    /// The timezone the range was resolved in.
+    pub timezone: String,
+    /// The columns of the file, in order.
+    pub columns: Vec<String>,
+    /// The deployment whose worker and store serve this export.
+    pub deployment: String,
+}
+
+/// How far a running export has got.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Data rows written so far.
+    pub rows_written: i64,
+    /// Rows in the snapshot, once counted.
+    pub rows_total: Option<i64>,
+}
+
+/// The published file of a ready export.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactView {
+    /// Hex SHA-256 of the file's bytes.
+    pub sha256: String,
+    /// Size in bytes.
+    pub bytes: i64,
+    /// Data rows (the header not counted).
+    pub rows: i64,
+    /// When retention removes the file, RFC 3339 UTC.
+    pub expires_at: String,
+    /// Whether retention has removed it already.
+    pub expired: bool,
+}
+
+/// A freshly minted download link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownloadView {
+    /// The signed link.
+    pub url: String,
+    /// When the link stops working, RFC 3339 UTC.
+    pub expires_at: String,
+}
+
+/// Why an export failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorView {
+    /// A stable code, e.g. `storage_unavailable`.
+    pub code: String,
+    /// A sentence for people.
+    pub message: String,
+    /// Whether a new export of the same request may succeed.
+    pub retryable: bool,
+    /// The reference to quote to support; it is in the server's log.
+    pub support_ref: Option<String>,
+}
+
+/// An export operation as the API shows it (SPEC §3.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportView {
+    /// `exp_…`.
+    pub id: String,
+    /// The stored state.
+    pub status: ExportStatus,
+    /// Where to poll.
+    pub status_url: String,
+    /// The report's name.
+    pub report: String,
+    /// The request with defaults filled in.
+    pub request: ExportRequest,
+    /// What acceptance resolved.
+    pub resolved: ResolvedContract,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// RFC 3339 UTC.
+    pub updated_at: String,
+    /// Claims that were not handed back.
+    pub attempt: i32,
+    /// When a `retry_wait` export may run again.
+    pub next_attempt_at: Option<String>,
+    /// Rows written and counted.
+    pub progress: Progress,
+    /// The file, once ready.
+    pub artifact: Option<ArtifactView>,
+    /// A fresh link, when ready and the reader may download.
+    pub download: Option<DownloadView>,
+    /// Why it failed.
+    pub error: Option<ErrorView>,
+}
+
+/// The signed-in user, as `GET /api/session` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionView {
+    /// The user's email.
+    pub email: String,
+    /// `admin`, `analyst` or `viewer`.
+    pub role: String,
+    /// The tenant's slug.
+    pub tenant: String,
+}
+
+/// The body of `POST /api/session`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoginRequest {
+    /// The user's email.
+    pub email: String,
+    /// The user's password.
+    pub password: String,
+}
+
+/// An RFC 9457 problem as the API sends it; the browser reads `code` and `title`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    /// `https://exportd.dev/problems/<code>`.
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    /// The stable code.
+    pub code: String,
+    /// A short sentence.
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// More about this occurrence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// What the page shows for an export: the stored states plus the browser's own `Submitting`
+/// and `Expired` (SPEC §7).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExportState {
+    /// Nothing asked yet.
+    Idle,
+    /// The click happened; no answer yet.
+    Submitting,
+    /// Waiting for a worker.
+    Queued,
+    /// A worker is writing rows.
+    Running {
+        /// Rows written.
+        rows_written: i64,
+        /// Rows in the snapshot, once counted.
+        rows_total: Option<i64>,
+    },
+    /// Waiting to try again.
+    RetryWait {
+        /// When.
+        next_attempt_at: Option<String>,
+    },
+    /// Cancel asked; the worker stops soon.
+    CancelRequested,
+    /// Cancelled.
+    Cancelled,
+    /// The file can be downloaded.
+    Ready {
+        /// The export's id, for the download call.
+        id: String,
+        /// Rows in the file.
+        rows: i64,
+    },
+    /// The file was removed by retention.
+    Expired,
+    /// Failed.
+    Failed {
+        /// Why, for people.
+        message: String,
+        /// Whether a new export may succeed.
+        retryable: bool,
+    },
+}
+
+impl ExportState {
+    /// The state a view of the operation shows.
+    pub fn from_view(view: &ExportView) -> ExportState {
+        match view.status {
+            ExportStatus::Queued => ExportState::Queued,
+            ExportStatus::Running => ExportState::Running {
+                rows_written: view.progress.rows_written,
+                rows_total: view.progress.rows_total,
+            },
+            ExportStatus::RetryWait => ExportState::RetryWait {
+                next_attempt_at: view.next_attempt_at.clone(),
+            },
+            ExportStatus::CancelRequested => ExportState::CancelRequested,
+            ExportStatus::Cancelled => ExportState::Cancelled,
+            ExportStatus::Ready => match &view.artifact {
+                Some(a) if a.expired => ExportState::Expired,
+                Some(a) => ExportState::Ready { id: view.id.clone(), rows: a.rows },
+                None => ExportState::Expired,
+            },
+            ExportStatus::Failed => {
+                let (message, retryable) = view
+                    .error
+                    .as_ref()
+                    .map(|e| (e.message.clone(), e.retryable))
+                    .unwrap_or_else(|| ("The export failed.".to_owned(), true));
+                ExportState::Failed { message, retryable }
+            }
+        }
+    }
+
+    /// Whether the operation behind this state will change no more, so a new intent may start.
+    pub fn is_settled(&self) -> bool {
+        matches!(
+            self,
+            ExportState::Idle
+                | ExportState::Cancelled
+                | ExportState::Ready { .. }
+                | ExportState::Expired
+                | ExportState::Failed { .. }
+        )
+    }
+
+    /// A stable name for the state, used as a test hook on the page.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ExportState::Idle => "idle",
+            ExportState::Submitting => "submitting",
+            ExportState::Queued => "queued",
+            ExportState::Running { .. } => "running",
+            ExportState::RetryWait { .. } => "retry_wait",
+            ExportState::CancelRequested => "cancel_requested",
+            ExportState::Cancelled => "cancelled",
+            ExportState::Ready { .. } => "ready",
+            ExportState::Expired => "expired",
+            ExportState::Failed { .. } => "failed",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_with_only_a_report_gets_every_default() {
+        let req: ExportRequest = serde_json::from_str(r#"{"report":"orders"}"#).unwrap();
+        assert_eq!(req, ExportRequest::new("orders"));
+        let back = serde_json::to_value(&req).unwrap();
+        assert_eq!(back["time_range"]["preset"], "last_7_days");
+        assert_eq!(back["timezone"], "UTC");
+        assert_eq!(back["options"]["bom"], false);
+        assert!(back["columns"].is_null());
+    }
+
+    #[test]
+    fn explicit_dates_and_presets_both_parse() {
+        let req: ExportRequest = serde_json::from_str(
+            r#"{"report":"orders","time_range":{"from":"2026-01-01","to":"2026-01-31"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            req.time_range,
+            TimeRange::Dates { from: "2026-01-01".into(), to: "2026-01-31".into() }
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        assert!(serde_json::from_str::<ExportRequest>(r#"{"report":"orders","bucket":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn every_status_name_round_trips() {
+        for s in ExportStatus::ALL {
+            assert_eq!(ExportStatus::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! exportd's schema: one migration set that runs on SQLite and on PostgreSQL.
+//!
+//! Every timestamp is a BIGINT of milliseconds since the Unix epoch, so comparisons with the
+//! database's clock (leases, queue TTLs) behave the same on both backends.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261202_000001_init;
+
+/// The ordered list of exportd's migrations.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261202_000001_init::Migration)]
+    }
+}

@@ -1,0 +1,55 @@
+//! Who is calling: passwords, browser sessions, API tokens, roles and the same-origin rule.
+
+mod actor;
+mod origin;
+mod passwords;
+mod sessions;
+mod tokens;
+
+pub use actor::{load_active_actor, session_secret, Actor, AuthVia};
+pub use origin::require_same_origin;
+pub use passwords::{hash_password, verify_password_or_dummy};
+pub use sessions::{create_session, revoke_session, session_cookie, clear_session_cookie, SESSION_COOKIE};
+pub use tokens::{create_token, hash_secret, new_secret};
+
+/// A user's role (SPEC §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Exports, reads PII columns, manages members.
+    Admin,
+    /// Exports, no PII columns.
+    Analyst,
+    /// Sees its own past exports; cannot export or download.
+    Viewer,
+}
+
+impl Role {
+    /// Parses a stored or typed role name.
+    pub fn parse(name: &str) -> Option<Role> {
+        match name {
+            "admin" => Some(Role::Admin),
+            "analyst" => Some(Role::Analyst),
+            "viewer" => Some(Role::Viewer),
+            _ => None,
+        }
+    }
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Analyst => "analyst",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    /// Whether the role may export at all.
+    pub fn may_export(self) -> bool {
+        matches!(self, Role::Admin | Role::Analyst)
+    }
+
+    /// Whether the role may read PII columns.
+    pub fn may_read_pii(self) -> bool {
+        matches!(self, Role::Admin)
+    }
+}

@@ -1,0 +1,105 @@
+//! The command line of SPEC §9. A flag wins over its variable; clap exits 2 on a usage error.
+
+use clap::{Args, Parser, Subcommand};
+
+/// exportd: idempotent CSV export service.
+#[derive(Debug, Parser)]
+#[command(name = "exportd", version, about)]
+pub struct Cli {
+    /// Options every command shares.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the data and the files live.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Database URL: sqlite://… (embedded default) or postgres://….
+    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://data/exportd.db", global = true)]
+    pub database_url: String,
+    /// Object store URL: file://folder or s3://bucket[/prefix].
+    #[arg(long, env = "EXPORTD_STORE", default_value = "file://data/objects", global = true)]
+    pub store: String,
+}
+
+/// Options of the processes that run jobs.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// Comma-separated deployments this process serves (default: all).
+    #[arg(long, env = "EXPORTD_DEPLOYMENTS", value_delimiter = ',')]
+    pub deployments: Vec<String>,
+    /// How many jobs run at once.
+    #[arg(long, env = "EXPORTD_CONCURRENCY", default_value_t = 2)]
+    pub concurrency: usize,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// UI + API, with an in-process worker unless --no-worker.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, env = "EXPORTD_BIND", default_value = "127.0.0.1:3000")]
+        bind: String,
+        /// Run no worker in this process.
+        #[arg(long)]
+        no_worker: bool,
+        /// Worker options.
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// A worker process only.
+    Worker {
+        /// Worker options.
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+    /// Apply migrations.
+    Migrate,
+    /// Insert the demo data (idempotent).
+    Seed {
+        /// The demo tenants, users and orders of SPEC §2.
+        #[arg(long, required = true)]
+        demo: bool,
+        /// Orders per tenant.
+        #[arg(long, default_value_t = 10_000)]
+        orders: u32,
+    },
+    /// Manage users.
+    User {
+        /// What to change.
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Manage API tokens.
+    Token {
+        /// What to do.
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+/// `exportd user …`.
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Change a user's role; takes effect at once.
+    SetRole {
+        /// The user's email.
+        email: String,
+        /// admin, analyst or viewer.
+        role: String,
+    },
+}
+
+/// `exportd token …`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a new API token for a user, and nothing else.
+    Create {
+        /// The user's email.
+        email: String,
+    },
+}

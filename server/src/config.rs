@@ -1,0 +1,97 @@
+//! One typed configuration, read once at start from the flags and the variables of SPEC §9.
+
+use crate::cli::{GlobalArgs, WorkerArgs};
+use std::time::Duration;
+
+/// Everything a process of exportd is configured with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `sqlite://…` or `postgres://…`.
+    pub database_url: String,
+    /// The default object store URL.
+    pub store_url: String,
+    /// A fixed link-signing secret (`EXPORTD_SIGNING_KEY`); unset: keys from the database.
+    pub signing_key: Option<String>,
+    /// How long a claim lasts without a heartbeat.
+    pub lease: Duration,
+    /// How long a minted download link works.
+    pub link_ttl: Duration,
+    /// How long a published file is kept.
+    pub artifact_ttl: Duration,
+    /// How long an operation record (and so its key) is kept.
+    pub record_ttl: Duration,
+    /// How long a job may wait for a worker.
+    pub queue_ttl: Duration,
+    /// Claims per job before it fails.
+    pub max_attempts: i32,
+    /// Unfinished exports per actor before 429.
+    pub max_active_per_actor: u64,
+    /// Where the built page (`pkg/`) is served from.
+    pub site_root: String,
+}
+
+/// What a worker serves.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Deployments served; empty = all.
+    pub deployments: Vec<String>,
+    /// Jobs at once.
+    pub concurrency: usize,
+}
+
+/// A variable that is set but not a valid number.
+#[derive(Debug, thiserror::Error)]
+#[error("{name} must be a whole number, got {value:?}")]
+pub struct BadVariable {
+    name: &'static str,
+    value: String,
+}
+
+fn number(name: &'static str, default: u64) -> Result<u64, BadVariable> {
+    match std::env::var(name) {
+        Ok(value) if !value.trim().is_empty() => {
+            value.trim().parse().map_err(|_| BadVariable { name, value })
+        }
+        _ => Ok(default),
+    }
+}
+
+impl Config {
+    /// Reads the flags and the variables.
+    pub fn from_args(global: &GlobalArgs) -> Result<Config, BadVariable> {
+        Ok(Config {
+            database_url: global.database_url.clone(),
+            store_url: global.store.clone(),
+            signing_key: std::env::var("EXPORTD_SIGNING_KEY").ok().filter(|k| !k.is_empty()),
+            lease: Duration::from_secs(number("EXPORTD_LEASE_SECS", 30)?),
+            link_ttl: Duration::from_secs(number("EXPORTD_LINK_TTL_SECS", 300)?),
+            artifact_ttl: Duration::from_secs(number("EXPORTD_ARTIFACT_TTL_SECS", 86_400)?),
+            record_ttl: Duration::from_secs(number("EXPORTD_RECORD_TTL_SECS", 2_592_000)?),
+            queue_ttl: Duration::from_secs(number("EXPORTD_QUEUE_TTL_SECS", 86_400)?),
+            max_attempts: i32::try_from(number("EXPORTD_MAX_ATTEMPTS", 5)?).unwrap_or(i32::MAX),
+            max_active_per_actor: number("EXPORTD_MAX_ACTIVE_PER_ACTOR", 10)?,
+            site_root: std::env::var("LEPTOS_SITE_ROOT").unwrap_or_else(|_| "target/site".to_owned()),
+        })
+    }
+
+    /// The store URL of one deployment: `EXPORTD_STORE_<DEPLOYMENT>`, else the default.
+    pub fn store_url_for(&self, deployment: &str) -> String {
+        let var = format!("EXPORTD_STORE_{}", deployment.to_ascii_uppercase());
+        std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| self.store_url.clone())
+    }
+}
+
+impl WorkerConfig {
+    /// From the worker flags.
+    pub fn from_args(args: &WorkerArgs) -> WorkerConfig {
+        WorkerConfig {
+            deployments: args.deployments.iter().map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect(),
+            concurrency: args.concurrency.max(1),
+        }
+    }
+
+    /// Whether this worker serves `deployment`.
+    pub fn serves(&self, deployment: &str) -> bool {
+        self.deployments.is_empty() || self.deployments.iter().any(|d| d == deployment)
+    }
+}

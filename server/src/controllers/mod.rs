@@ -1,0 +1,8 @@
+//! HTTP adapters, one module per domain. Each handler extracts, calls the service, and shapes
+//! the response; no rule lives here.
+
+pub mod body;
+pub mod downloads;
+pub mod exports;
+pub mod health;
+pub mod session;

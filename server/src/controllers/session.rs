@@ -1,0 +1,57 @@
+//! `/api/session`: log in, who am I, log out.
+
+use super::body::RawBody;
+use crate::auth::{self, Actor, AuthVia};
+use crate::entities::users;
+use crate::error::AppError;
+use crate::server::AppState;
+use app::{LoginRequest, SessionView};
+use axum::extract::State;
+use axum::http::{header, request::Parts, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+
+fn behind_tls(parts: &Parts) -> bool {
+    parts.headers.get("x-forwarded-proto").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
+}
+
+fn with_cookie(status: StatusCode, cookie: String) -> Result<Response, AppError> {
+    let mut resp = status.into_response();
+    let value = HeaderValue::from_str(&cookie).map_err(|e| AppError::Internal(e.to_string()))?;
+    resp.headers_mut().insert(header::SET_COOKIE, value);
+    Ok(resp)
+}
+
+/// `POST /api/session`: checks the password (against a dummy hash for unknown emails) and starts a session.
+pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): RawBody) -> Result<Response, AppError> {
+    auth::require_same_origin(&parts)?;
+    super::body::require_json(&parts.headers)?;
+    let login: LoginRequest = serde_json::from_slice(&body).map_err(|_| AppError::MalformedJson("expected {\"email\", \"password\"}".into()))?;
+    let email = login.email.trim().to_lowercase();
+    let user = users::Entity::find().filter(users::Column::Email.eq(&email)).one(&state.db).await?;
+    let password = login.password;
+    let stored = user.as_ref().map(|u| u.password_hash.clone());
+    let verified = tokio::task::spawn_blocking(move || auth::verify_password_or_dummy(&password, stored.as_deref()))
+        .await
+        .map_err(|e| AppError::Internal(format!("password check: {e}")))?;
+    let user = match user {
+        Some(u) if verified && u.active => u,
+        _ => return Err(AppError::InvalidCredentials),
+    };
+    let secret = auth::create_session(&state.db, &user.id, state.now_ms()).await?;
+    with_cookie(StatusCode::NO_CONTENT, auth::session_cookie(&secret, behind_tls(&parts)))
+}
+
+/// `GET /api/session`: who is signed in.
+pub async fn whoami(actor: Actor) -> Json<SessionView> {
+    Json(SessionView { email: actor.email, role: actor.role.as_str().to_owned(), tenant: actor.tenant_slug })
+}
+
+/// `DELETE /api/session`: ends the browser session.
+pub async fn logout(State(state): State<AppState>, actor: Actor, parts: Parts) -> Result<Response, AppError> {
+    if let AuthVia::Session(secret) = &actor.via {
+        auth::revoke_session(&state.db, secret, state.now_ms()).await?;
+    }
+    with_cookie(StatusCode::NO_CONTENT, auth::clear_session_cookie(behind_tls(&parts)))
+}

@@ -1,0 +1,50 @@
+//! The `exports` table.
+
+use sea_orm::entity::prelude::*;
+
+/// A row of `exports`.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "exports")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub tenant_id: String,
+    pub actor_id: String,
+    pub idempotency_key: String,
+    pub fingerprint: String,
+    pub report: String,
+    /// The request with defaults filled in, as JSON.
+    #[sea_orm(column_type = "Text")]
+    pub request: String,
+    /// The resolved contract, as JSON.
+    #[sea_orm(column_type = "Text")]
+    pub resolved: String,
+    pub deployment: String,
+    pub status: String,
+    pub generation: i32,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub attempt: i32,
+    pub next_attempt_at: Option<i64>,
+    pub rows_written: i64,
+    pub rows_total: Option<i64>,
+    pub artifact_key: Option<String>,
+    pub artifact_sha256: Option<String>,
+    pub artifact_bytes: Option<i64>,
+    pub artifact_rows: Option<i64>,
+    pub artifact_expires_at: Option<i64>,
+    pub artifact_expired: bool,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub error_retryable: Option<bool>,
+    pub error_support_ref: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+/// No relations are navigated through the ORM; queries join explicitly.
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

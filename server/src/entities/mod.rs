@@ -1,0 +1,11 @@
+//! SeaORM entities of the tables made by the `migrations` crate. Timestamps are epoch milliseconds.
+
+pub mod api_tokens;
+pub mod customers;
+pub mod export_events;
+pub mod exports;
+pub mod orders;
+pub mod sessions;
+pub mod signing_keys;
+pub mod tenants;
+pub mod users;

@@ -1,0 +1,21 @@
+//! The `tenants` table.
+
+use sea_orm::entity::prelude::*;
+
+/// A row of `tenants`.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "tenants")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub slug: String,
+    pub name: String,
+    pub deployment: String,
+    pub created_at: i64,
+}
+
+/// No relations are navigated through the ORM; queries join explicitly.
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,23 @@
+//! The `users` table.
+
+use sea_orm::entity::prelude::*;
+
+/// A row of `users`.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "users")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub tenant_id: String,
+    pub email: String,
+    pub password_hash: String,
+    pub role: String,
+    pub active: bool,
+    pub created_at: i64,
+}
+
+/// No relations are navigated through the ORM; queries join explicitly.
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,168 @@
+//! The one error type of the HTTP layer and its one `IntoResponse`: RFC 9457 problem+json with
+//! the codes of SPEC §3. Internal causes are logged beside a support reference, never sent.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// One field that failed validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// JSON pointer into the request, e.g. `/time_range/from`.
+    pub pointer: String,
+    /// What is wrong with it.
+    pub detail: String,
+}
+
+impl FieldError {
+    /// A field error at `pointer`.
+    pub fn new(pointer: impl Into<String>, detail: impl Into<String>) -> FieldError {
+        FieldError { pointer: pointer.into(), detail: detail.into() }
+    }
+}
+
+/// Every error an API call can answer with.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("authentication required")]
+    Unauthenticated,
+    #[error("invalid credentials")]
+    InvalidCredentials,
+    #[error("cross-origin request refused")]
+    CrossOrigin,
+    #[error("the role may not export")]
+    ExportNotPermitted(String),
+    #[error("permission revoked")]
+    PermissionRevoked,
+    #[error("export not found")]
+    ExportNotFound,
+    #[error("route not found")]
+    NotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("export already finished")]
+    ExportAlreadyFinished(Box<app::ExportView>),
+    #[error("export not ready")]
+    ExportNotReady,
+    #[error("artifact expired")]
+    ArtifactExpired,
+    #[error("body too large")]
+    BodyTooLarge,
+    #[error("unsupported media type")]
+    UnsupportedMediaType,
+    #[error("idempotency key missing")]
+    IdempotencyKeyMissing,
+    #[error("idempotency key invalid: {0}")]
+    IdempotencyKeyInvalid(String),
+    #[error("malformed json")]
+    MalformedJson(String),
+    #[error("invalid request")]
+    InvalidRequest(Vec<FieldError>),
+    #[error("idempotency key reused")]
+    IdempotencyKeyReused { operation_ref: String },
+    #[error("too many exports")]
+    TooManyExports { retry_after_secs: u64 },
+    #[error("rate limited")]
+    RateLimited { retry_after_secs: u64 },
+    #[error("link invalid")]
+    LinkInvalid,
+    #[error("link expired")]
+    LinkExpired,
+    /// Anything else; the cause is logged with a support reference and never sent.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl From<sea_orm::DbErr> for AppError {
+    fn from(e: sea_orm::DbErr) -> Self {
+        AppError::Internal(format!("database: {e}"))
+    }
+}
+
+impl From<object_store::Error> for AppError {
+    fn from(e: object_store::Error) -> Self {
+        AppError::Internal(format!("object store: {e}"))
+    }
+}
+
+impl AppError {
+    /// The problem code, HTTP status and title.
+    pub fn parts(&self) -> (&'static str, StatusCode, &'static str) {
+        use AppError::*;
+        match self {
+            Unauthenticated => ("unauthenticated", StatusCode::UNAUTHORIZED, "Authentication required"),
+            InvalidCredentials => ("invalid-credentials", StatusCode::UNAUTHORIZED, "Wrong email or password"),
+            CrossOrigin => ("cross-origin", StatusCode::FORBIDDEN, "Cross-origin request refused"),
+            ExportNotPermitted(_) => ("export-not-permitted", StatusCode::FORBIDDEN, "Your role may not export this"),
+            PermissionRevoked => ("permission-revoked", StatusCode::FORBIDDEN, "You are no longer allowed to download this export"),
+            ExportNotFound => ("export-not-found", StatusCode::NOT_FOUND, "Export not found"),
+            NotFound => ("not-found", StatusCode::NOT_FOUND, "Not found"),
+            MethodNotAllowed => ("method-not-allowed", StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
+            ExportAlreadyFinished(_) => ("export-already-finished", StatusCode::CONFLICT, "The export has already finished"),
+            ExportNotReady => ("export-not-ready", StatusCode::CONFLICT, "The export is not ready"),
+            ArtifactExpired => ("artifact-expired", StatusCode::GONE, "The file has expired"),
+            BodyTooLarge => ("body-too-large", StatusCode::PAYLOAD_TOO_LARGE, "The body is larger than 64 KiB"),
+            UnsupportedMediaType => ("unsupported-media-type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "The body must be application/json"),
+            IdempotencyKeyMissing => ("idempotency-key-missing", StatusCode::BAD_REQUEST, "The Idempotency-Key header is required"),
+            IdempotencyKeyInvalid(_) => ("idempotency-key-invalid", StatusCode::BAD_REQUEST, "The Idempotency-Key header is invalid"),
+            MalformedJson(_) => ("malformed-json", StatusCode::BAD_REQUEST, "The body is not valid JSON"),
+            InvalidRequest(_) => ("invalid-request", StatusCode::UNPROCESSABLE_ENTITY, "The request is invalid"),
+            IdempotencyKeyReused { .. } => ("idempotency-key-reused", StatusCode::UNPROCESSABLE_ENTITY, "This Idempotency-Key was used for a different request"),
+            TooManyExports { .. } => ("too-many-exports", StatusCode::TOO_MANY_REQUESTS, "Too many unfinished exports"),
+            RateLimited { .. } => ("rate-limited", StatusCode::TOO_MANY_REQUESTS, "Too many attempts"),
+            LinkInvalid => ("link-invalid", StatusCode::FORBIDDEN, "The link is invalid"),
+            LinkExpired => ("link-expired", StatusCode::FORBIDDEN, "The link has expired"),
+            Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
+        }
+    }
+}
+
+/// A new opaque reference that ties a response to a log line.
+pub fn new_support_ref() -> String {
+    format!("ref_{}", uuid::Uuid::new_v4().simple())
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let (code, status, title) = self.parts();
+        let mut body = json!({
+            "type": format!("https://exportd.dev/problems/{code}"),
+            "code": code,
+            "title": title,
+            "status": status.as_u16(),
+        });
+        let mut retry_after = None;
+        match &self {
+            AppError::ExportNotPermitted(detail) | AppError::IdempotencyKeyInvalid(detail) | AppError::MalformedJson(detail) => {
+                body["detail"] = json!(detail);
+            }
+            AppError::InvalidRequest(errors) => {
+                body["errors"] = errors.iter().map(|e| json!({"pointer": e.pointer, "detail": e.detail})).collect();
+            }
+            AppError::IdempotencyKeyReused { operation_ref } => {
+                body["operation_ref"] = json!(operation_ref);
+            }
+            AppError::ExportAlreadyFinished(view) => {
+                body["export"] = serde_json::to_value(view).unwrap_or_default();
+            }
+            AppError::TooManyExports { retry_after_secs } | AppError::RateLimited { retry_after_secs } => {
+                retry_after = Some(*retry_after_secs);
+            }
+            AppError::Internal(cause) => {
+                let support_ref = new_support_ref();
+                tracing::error!(support_ref = %support_ref, cause = %cause, "internal error");
+                body["support_ref"] = json!(support_ref);
+            }
+            _ => {}
+        }
+        let mut resp = (status, body.to_string()).into_response();
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let Some(secs) = retry_after {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}

@@ -1,0 +1,10 @@
+//! Export operations: the key, the fingerprint, the report registry, resolution, and the service
+//! that every adapter (REST, page) calls.
+
+pub mod canonical;
+pub mod key;
+pub mod reports;
+pub mod resolve;
+pub mod service;
+pub mod validate;
+pub mod view;

@@ -1,0 +1,278 @@
+//! The export service: every rule of creating, reading and downloading an export lives here
+//! once; the REST controllers (and any other adapter) only translate HTTP to these calls.
+
+use super::canonical::fingerprint;
+use super::key::parse_idempotency_key;
+use super::reports::find_report;
+use super::resolve::resolve;
+use super::validate::{control_characters, validate};
+use super::view::{resolved_of, status_of, to_view};
+use crate::auth::{Actor, Role};
+use crate::clock::rfc3339;
+use crate::entities::{export_events, exports, users};
+use crate::error::AppError;
+use crate::server::AppState;
+use app::{DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
+use axum::http::HeaderMap;
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ActiveValue::NotSet, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter,
+    QuerySelect, Set, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+};
+use serde_json::Value;
+
+/// The statuses that count as unfinished for `EXPORTD_MAX_ACTIVE_PER_ACTOR`.
+pub const UNFINISHED: [&str; 4] = ["queued", "running", "retry_wait", "cancel_requested"];
+
+/// What `create_export` did.
+#[derive(Debug)]
+pub enum CreateOutcome {
+    /// A new operation was accepted.
+    Created(ExportView),
+    /// The key was already bound to this intent; the current state of that operation.
+    Replayed(ExportView),
+}
+
+/// Whether `role` may export every column of `resolved` (SPEC §2's "authorised", less activity,
+/// which the caller's lookup already established).
+pub fn role_covers(role: Role, report: &str, resolved: &ResolvedContract) -> bool {
+    if !role.may_export() {
+        return false;
+    }
+    if role.may_read_pii() {
+        return true;
+    }
+    let Some(spec) = find_report(report) else { return false };
+    resolved.columns.iter().all(|c| spec.column(c).is_some_and(|c| !c.pii))
+}
+
+/// Parses the body as JSON; malformed → 400 `malformed-json`.
+fn parse_json(body: &[u8]) -> Result<Value, AppError> {
+    serde_json::from_slice(body).map_err(|e| AppError::MalformedJson(format!("line {}, column {}", e.line(), e.column())))
+}
+
+/// Reads the typed request (defaults filled in); a shape error names the field.
+fn typed_request(value: Value) -> Result<ExportRequest, AppError> {
+    serde_path_to_error::deserialize::<_, ExportRequest>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let pointer = if path == "." {
+            String::new()
+        } else {
+            format!("/{}", path.replace('.', "/"))
+        };
+        AppError::InvalidRequest(vec![crate::error::FieldError::new(pointer, e.inner().to_string())])
+    })
+}
+
+async fn find_by_key<C: ConnectionTrait>(db: &C, actor: &Actor, key: &str) -> Result<Option<exports::Model>, AppError> {
+    Ok(exports::Entity::find()
+        .filter(exports::Column::TenantId.eq(&actor.tenant_id))
+        .filter(exports::Column::ActorId.eq(&actor.user_id))
+        .filter(exports::Column::IdempotencyKey.eq(key))
+        .one(db)
+        .await?)
+}
+
+/// The answer to a key that is already bound: a replay if the intent matches, else 422.
+fn replay_or_conflict(existing: &exports::Model, fingerprint: Option<&str>) -> Result<ExportView, AppError> {
+    if fingerprint == Some(existing.fingerprint.as_str()) {
+        to_view(existing, None)
+    } else {
+        Err(AppError::IdempotencyKeyReused { operation_ref: existing.id.clone() })
+    }
+}
+
+/// Creates an export, or replays the one bound to the key (SPEC §3.1, in its order of checks).
+pub async fn create_export(state: &AppState, actor: &Actor, headers: &HeaderMap, body: &[u8]) -> Result<CreateOutcome, AppError> {
+    if !actor.role.may_export() {
+        return Err(AppError::ExportNotPermitted("your role may not export".into()));
+    }
+    let key = parse_idempotency_key(headers)?;
+    crate::controllers::body::require_json(headers)?;
+    let raw = parse_json(body)?;
+    let typed = typed_request(raw.clone());
+    let fp = typed.as_ref().ok().map(|r| serde_json::to_value(r).map(|v| fingerprint(&v))).transpose()
+        .map_err(|e| AppError::Internal(format!("request serialisation: {e}")))?;
+
+    if let Some(existing) = find_by_key(&state.db, actor, &key).await? {
+        return replay_or_conflict(&existing, fp.as_deref()).map(CreateOutcome::Replayed);
+    }
+
+    let mut errors = Vec::new();
+    control_characters(&raw, "", &mut errors);
+    if !errors.is_empty() {
+        return Err(AppError::InvalidRequest(errors));
+    }
+    let request = typed?;
+    let fp = fp.ok_or_else(|| AppError::Internal("fingerprint missing for a valid request".into()))?;
+    let report = validate(&request, actor.role)?.report;
+    let now = state.clock.now();
+    let (resolved, _) = resolve(report, &request, actor.role, &actor.deployment, now)?;
+    insert_new(state, actor, &key, &fp, &request, &resolved).await
+}
+
+async fn insert_new(
+    state: &AppState,
+    actor: &Actor,
+    key: &str,
+    fp: &str,
+    request: &ExportRequest,
+    resolved: &ResolvedContract,
+) -> Result<CreateOutcome, AppError> {
+    let backend = state.db.get_database_backend();
+    let txn = state
+        .db
+        .begin_with_options(TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..Default::default()
+        })
+        .await?;
+    // Serialise creates per actor: on PostgreSQL by locking the actor's row; on SQLite the
+    // IMMEDIATE transaction already holds the database's one write lock.
+    if backend == DbBackend::Postgres {
+        users::Entity::find_by_id(actor.user_id.clone()).lock_exclusive().one(&txn).await?;
+    }
+    if let Some(existing) = find_by_key(&txn, actor, key).await? {
+        txn.rollback().await?;
+        return replay_or_conflict(&existing, Some(fp)).map(CreateOutcome::Replayed);
+    }
+    let unfinished = exports::Entity::find()
+        .filter(exports::Column::ActorId.eq(&actor.user_id))
+        .filter(exports::Column::Status.is_in(UNFINISHED))
+        .count(&txn)
+        .await?;
+    if unfinished >= state.config.max_active_per_actor {
+        txn.rollback().await?;
+        return Err(AppError::TooManyExports { retry_after_secs: 5 });
+    }
+    let now_ms = state.now_ms();
+    let id = format!("exp_{}", uuid::Uuid::now_v7().simple());
+    let request_json = serde_json::to_string(request).map_err(|e| AppError::Internal(e.to_string()))?;
+    let resolved_json = serde_json::to_string(resolved).map_err(|e| AppError::Internal(e.to_string()))?;
+    let row = exports::ActiveModel {
+        id: Set(id.clone()),
+        tenant_id: Set(actor.tenant_id.clone()),
+        actor_id: Set(actor.user_id.clone()),
+        idempotency_key: Set(key.to_owned()),
+        fingerprint: Set(fp.to_owned()),
+        report: Set(request.report.clone()),
+        request: Set(request_json),
+        resolved: Set(resolved_json),
+        deployment: Set(resolved.deployment.clone()),
+        status: Set(ExportStatus::Queued.as_str().to_owned()),
+        generation: Set(0),
+        lease_owner: Set(None),
+        lease_expires_at: Set(None),
+        attempt: Set(0),
+        next_attempt_at: Set(None),
+        rows_written: Set(0),
+        rows_total: Set(None),
+        artifact_key: Set(None),
+        artifact_sha256: Set(None),
+        artifact_bytes: Set(None),
+        artifact_rows: Set(None),
+        artifact_expires_at: Set(None),
+        artifact_expired: Set(false),
+        error_code: Set(None),
+        error_message: Set(None),
+        error_retryable: Set(None),
+        error_support_ref: Set(None),
+        created_at: Set(now_ms),
+        updated_at: Set(now_ms),
+        finished_at: Set(None),
+    };
+    let inserted = exports::Entity::insert(row)
+        .on_conflict(
+            OnConflict::columns([exports::Column::TenantId, exports::Column::ActorId, exports::Column::IdempotencyKey])
+                .do_nothing()
+                .to_owned(),
+        )
+        .exec_without_returning(&txn)
+        .await?;
+    if inserted == 1 {
+        record_event(&txn, &id, &actor.tenant_id, &actor.user_id, now_ms, None, ExportStatus::Queued, 0, None).await?;
+    }
+    txn.commit().await?;
+    let stored = find_by_key(&state.db, actor, key)
+        .await?
+        .ok_or_else(|| AppError::Internal("the operation vanished after insert".into()))?;
+    if inserted == 1 && stored.id == id {
+        Ok(CreateOutcome::Created(to_view(&stored, None)?))
+    } else {
+        replay_or_conflict(&stored, Some(fp)).map(CreateOutcome::Replayed)
+    }
+}
+
+/// Appends to the audit trail.
+#[allow(clippy::too_many_arguments)]
+pub async fn record_event<C: ConnectionTrait>(
+    db: &C,
+    export_id: &str,
+    tenant_id: &str,
+    actor: &str,
+    at: i64,
+    from: Option<ExportStatus>,
+    to: ExportStatus,
+    generation: i32,
+    detail: Option<String>,
+) -> Result<(), AppError> {
+    export_events::Entity::insert(export_events::ActiveModel {
+        id: NotSet,
+        export_id: Set(export_id.to_owned()),
+        tenant_id: Set(tenant_id.to_owned()),
+        actor: Set(actor.to_owned()),
+        at: Set(at),
+        from_status: Set(from.map(|s| s.as_str().to_owned())),
+        to_status: Set(to.as_str().to_owned()),
+        generation: Set(generation),
+        detail: Set(detail),
+    })
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}
+
+/// The actor's own export with this id; any other id (unknown, malformed, another actor's or
+/// tenant's) is the same 404.
+pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Result<exports::Model, AppError> {
+    exports::Entity::find_by_id(id.to_owned())
+        .filter(exports::Column::TenantId.eq(&actor.tenant_id))
+        .filter(exports::Column::ActorId.eq(&actor.user_id))
+        .one(db)
+        .await?
+        .ok_or(AppError::ExportNotFound)
+}
+
+/// A link for `actor` to the artifact of a ready export, if they may download it now.
+fn mint_download(state: &AppState, actor: &Actor, m: &exports::Model) -> Result<Option<DownloadView>, AppError> {
+    let (Some(sha), Ok(ExportStatus::Ready)) = (&m.artifact_sha256, status_of(m)) else { return Ok(None) };
+    if m.artifact_expired || !role_covers(actor.role, &m.report, &resolved_of(m)?) {
+        return Ok(None);
+    }
+    let expires = (state.now_ms() + state.config.link_ttl.as_millis() as i64) / 1000;
+    let url = state.links.mint(&m.id, sha, &actor.user_id, expires)?;
+    Ok(Some(DownloadView { url, expires_at: rfc3339(expires * 1000) }))
+}
+
+/// The actor's view of one of their exports.
+pub async fn get_export(state: &AppState, actor: &Actor, id: &str) -> Result<ExportView, AppError> {
+    let m = find_own(&state.db, actor, id).await?;
+    to_view(&m, mint_download(state, actor, &m)?)
+}
+
+/// A fresh link for a download of the actor's export, in SPEC §2's order: lookup → state → authority.
+pub async fn download_link(state: &AppState, actor: &Actor, id: &str) -> Result<String, AppError> {
+    let m = find_own(&state.db, actor, id).await?;
+    if status_of(&m)? != ExportStatus::Ready {
+        return Err(AppError::ExportNotReady);
+    }
+    if m.artifact_expired {
+        return Err(AppError::ArtifactExpired);
+    }
+    if !role_covers(actor.role, &m.report, &resolved_of(&m)?) {
+        return Err(AppError::PermissionRevoked);
+    }
+    let link = mint_download(state, actor, &m)?.ok_or(AppError::ExportNotReady)?;
+    record_event(&state.db, &m.id, &m.tenant_id, &actor.user_id, state.now_ms(), Some(ExportStatus::Ready), ExportStatus::Ready, m.generation, Some("download link minted".into())).await?;
+    Ok(link.url)
+}

@@ -1,0 +1,22 @@
+//! exportd: idempotent CSV export, from the browser click to the worker's completion.
+//!
+//! The binary (`main.rs`) parses the command line into a [`config::Config`] and calls into these
+//! modules. The REST handlers (`controllers`) and the page are thin adapters over the service
+//! layer (`exports::service`), where each rule of the product contract lives once.
+
+pub mod auth;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod controllers;
+pub mod db;
+pub mod entities;
+pub mod error;
+pub mod exports;
+pub mod links;
+pub mod seed;
+pub mod server;
+pub mod storage;
+pub mod worker;
+
+pub use error::AppError;

@@ -1,0 +1,133 @@
+//! The `exportd` binary: parses the command line and runs a command. Exit codes: 0 success,
+//! 1 runtime error (message on stderr), 2 usage error (clap's).
+
+use clap::Parser;
+use exportd::cli::{Cli, Command, TokenCommand, UserCommand};
+use exportd::clock::{SharedClock, SystemClock};
+use exportd::config::{Config, WorkerConfig};
+use exportd::entities::users;
+use exportd::server::{app_router, AppState};
+use exportd::worker::{self, WorkerContext};
+use exportd::{auth, db, seed};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EXPORTD_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("exportd: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// Cancels the token on SIGTERM or Ctrl-C.
+fn shutdown_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term => {}
+        }
+        tracing::info!("shutting down: no new claims; running jobs are handed back");
+        token.cancel();
+    });
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let config = Arc::new(Config::from_args(&cli.global).map_err(|e| e.to_string())?);
+    let connect = || async { db::connect_and_migrate(&config.database_url).await.map_err(|e| format!("database: {e}")) };
+    match cli.command {
+        Command::Migrate => {
+            connect().await?;
+            Ok(())
+        }
+        Command::Seed { demo: _, orders } => {
+            let db = connect().await?;
+            seed::seed_demo(&db, orders, now_ms()).await.map_err(|e| format!("seeding: {e}"))
+        }
+        Command::User { command: UserCommand::SetRole { email, role } } => {
+            let role = auth::Role::parse(&role).ok_or_else(|| format!("unknown role {role:?}: use admin, analyst or viewer"))?;
+            let db = connect().await?;
+            let user = users::Entity::find()
+                .filter(users::Column::Email.eq(email.trim().to_lowercase()))
+                .one(&db)
+                .await
+                .map_err(|e| format!("database: {e}"))?
+                .ok_or_else(|| format!("no user with email {email:?}"))?;
+            let mut user: users::ActiveModel = user.into();
+            user.role = Set(role.as_str().to_owned());
+            user.update(&db).await.map_err(|e| format!("database: {e}"))?;
+            Ok(())
+        }
+        Command::Token { command: TokenCommand::Create { email } } => {
+            let db = connect().await?;
+            let user = users::Entity::find()
+                .filter(users::Column::Email.eq(email.trim().to_lowercase()))
+                .one(&db)
+                .await
+                .map_err(|e| format!("database: {e}"))?
+                .ok_or_else(|| format!("no user with email {email:?}"))?;
+            let token = auth::create_token(&db, &user.id, now_ms()).await.map_err(|e| format!("database: {e}"))?;
+            println!("{token}");
+            Ok(())
+        }
+        Command::Worker { worker } => {
+            let db = connect().await?;
+            let shutdown = CancellationToken::new();
+            shutdown_on_signal(shutdown.clone());
+            let stores = Arc::new(exportd::storage::Stores::new(config.clone()));
+            let ctx = WorkerContext::new(db, config.clone(), WorkerConfig::from_args(&worker), stores, shutdown);
+            tracing::info!(worker = %ctx.worker_id, "worker started");
+            worker::run(ctx).await;
+            Ok(())
+        }
+        Command::Serve { bind, no_worker, worker } => {
+            let db = connect().await?;
+            let clock: SharedClock = Arc::new(SystemClock);
+            let state = AppState::new(db.clone(), config.clone(), clock).await.map_err(|e| format!("database: {e}"))?;
+            let shutdown = CancellationToken::new();
+            shutdown_on_signal(shutdown.clone());
+            let worker_task = (!no_worker).then(|| {
+                let ctx = WorkerContext::new(db, config.clone(), WorkerConfig::from_args(&worker), state.stores.clone(), shutdown.clone());
+                tokio::spawn(worker::run(ctx))
+            });
+            let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+            let local = listener.local_addr().map_err(|e| e.to_string())?;
+            tracing::info!("exportd listening on http://{local}");
+            let token = shutdown.clone();
+            axum::serve(listener, app_router(state))
+                .with_graceful_shutdown(async move { token.cancelled().await })
+                .await
+                .map_err(|e| format!("server: {e}"))?;
+            if let Some(task) = worker_task {
+                let _ = task.await;
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! `exportd seed --demo` (SPEC §2): two tenants, four users and a synthetic dataset with the
+//! awkward cases a CSV export must survive. Re-running changes nothing that exists.
+
+use crate::auth::hash_password;
+use crate::entities::{customers, orders, tenants, users};
+use sea_orm::{ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use sea_orm::ActiveValue::NotSet;
+
+/// The demo password of every demo user.
+pub const DEMO_PASSWORD: &str = "export-demo";
+
+const TENANTS: [(&str, &str, &str); 2] = [("acme", "Acme Trading", "ksa"), ("globex", "Globex", "uae")];
+const USERS: [(&str, &str, &str); 4] = [
+    ("alice@acme.test", "acme", "admin"),
+    ("bob@acme.test", "acme", "analyst"),
+    ("vic@acme.test", "acme", "viewer"),
+    ("gina@globex.test", "globex", "admin"),
+];
+
+const FIRST: [&str; 12] = ["Alice", "Omar", "Fatimah", "John", "محمد", "فاطمة", "Zoë", "Nasser", "عبدالله", "Mary-Jane", "O'Brien", "لينا"];
+const LAST: [&str; 10] = ["Smith", "Al-Harbi", "العتيبي", "Nguyen", "القحطاني", "García", "Doe, Jr.", "الشمري", "Müller", "\"The Boss\""];
+const COUNTRIES: [&str; 6] = ["SA", "AE", "US", "GB", "EG", "DE"];
+const STATUSES: [&str; 4] = ["paid", "pending", "refunded", "cancelled"];
+const NOTES: [&str; 9] = [
+    "",
+    "Leave at the door",
+    "=HYPERLINK(\"http://example.test\",\"click\")",
+    "+966 phone order",
+    "-discount applied",
+    "@mention the courier",
+    "Line one\nLine two, with a comma",
+    "He said \"fragile\"",
+    "يرجى الاتصال قبل التوصيل",
+];
+
+/// A small deterministic generator, so the demo data is the same on every machine.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() as usize) % items.len()]
+    }
+}
+
+/// Inserts the demo data where absent. `orders` is the number of orders per tenant.
+pub async fn seed_demo(db: &DatabaseConnection, orders_per_tenant: u32, now_ms: i64) -> Result<(), DbErr> {
+    for (slug, name, deployment) in TENANTS {
+        if tenants::Entity::find().filter(tenants::Column::Slug.eq(slug)).one(db).await?.is_none() {
+            tenants::ActiveModel {
+                id: Set(format!("ten_{slug}")),
+                slug: Set(slug.to_owned()),
+                name: Set(name.to_owned()),
+                deployment: Set(deployment.to_owned()),
+                created_at: Set(now_ms),
+            }
+            .insert(db)
+            .await?;
+        }
+    }
+    for (email, slug, role) in USERS {
+        if users::Entity::find().filter(users::Column::Email.eq(email)).one(db).await?.is_none() {
+            let hash = hash_password(DEMO_PASSWORD).map_err(|e| DbErr::Custom(format!("hashing: {e}")))?;
+            users::ActiveModel {
+                id: Set(format!("usr_{}", email.split('@').next().unwrap_or(email))),
+                tenant_id: Set(format!("ten_{slug}")),
+                email: Set(email.to_owned()),
+                password_hash: Set(hash),
+                role: Set(role.to_owned()),
+                active: Set(true),
+                created_at: Set(now_ms),
+            }
+            .insert(db)
+            .await?;
+        }
+    }
+    for (i, (slug, _, _)) in TENANTS.iter().enumerate() {
+        let tenant_id = format!("ten_{slug}");
+        if orders::Entity::find().filter(orders::Column::TenantId.eq(&tenant_id)).count(db).await? > 0 {
+            continue;
+        }
+        seed_orders(db, &tenant_id, orders_per_tenant, now_ms, 0x5eed + i as u64).await?;
+    }
+    Ok(())
+}
+
+async fn seed_orders(db: &DatabaseConnection, tenant_id: &str, n: u32, now_ms: i64, seed: u64) -> Result<(), DbErr> {
+    const TWO_YEARS_MS: u64 = 730 * 24 * 3600 * 1000;
+    let mut rng = Lcg(seed);
+    let n_customers = (n / 10).max(1);
+    let txn = db.begin().await?;
+    let mut batch = Vec::new();
+    for c in 0..n_customers {
+        let first = rng.pick(&FIRST);
+        let last = rng.pick(&LAST);
+        batch.push(customers::ActiveModel {
+            id: NotSet,
+            tenant_id: Set(tenant_id.to_owned()),
+            name: Set(format!("{first} {last}")),
+            email: Set(format!("customer{c}@{}.example", tenant_id.trim_start_matches("ten_"))),
+            phone: Set(format!("+9665{:08}", rng.next() % 100_000_000)),
+            country: Set(rng.pick(&COUNTRIES).to_owned()),
+            created_at: Set(now_ms - (rng.next() % TWO_YEARS_MS) as i64),
+            lifetime_total_cents: Set(0),
+        });
+        if batch.len() == 500 {
+            customers::Entity::insert_many(std::mem::take(&mut batch)).exec_without_returning(&txn).await?;
+        }
+    }
+    if !batch.is_empty() {
+        customers::Entity::insert_many(batch).exec_without_returning(&txn).await?;
+    }
+    let ids: Vec<i64> = customers::Entity::find()
+        .filter(customers::Column::TenantId.eq(tenant_id))
+        .order_by_asc(customers::Column::Id)
+        .all(&txn)
+        .await?
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let mut totals = vec![0i64; ids.len()];
+    let mut batch = Vec::new();
+    for _ in 0..n {
+        let who = (rng.next() as usize) % ids.len();
+        let status = rng.pick(&STATUSES);
+        let mut total = (rng.next() % 200_000) as i64 + 100;
+        if status == "refunded" {
+            total = -total;
+        }
+        totals[who] += total;
+        batch.push(orders::ActiveModel {
+            id: NotSet,
+            tenant_id: Set(tenant_id.to_owned()),
+            customer_id: Set(ids[who]),
+            placed_at: Set(now_ms - (rng.next() % TWO_YEARS_MS) as i64),
+            country: Set(rng.pick(&COUNTRIES).to_owned()),
+            status: Set(status.to_owned()),
+            total_cents: Set(total),
+            currency: Set(if tenant_id.ends_with("acme") { "SAR" } else { "AED" }.to_owned()),
+            notes: Set(rng.pick(&NOTES).to_owned()),
+        });
+        if batch.len() == 500 {
+            orders::Entity::insert_many(std::mem::take(&mut batch)).exec_without_returning(&txn).await?;
+        }
+    }
+    if !batch.is_empty() {
+        orders::Entity::insert_many(batch).exec_without_returning(&txn).await?;
+    }
+    for (id, total) in ids.iter().zip(totals) {
+        customers::Entity::update_many()
+            .col_expr(customers::Column::LifetimeTotalCents, sea_orm::sea_query::Expr::value(total))
+            .filter(customers::Column::Id.eq(*id))
+            .exec(&txn)
+            .await?;
+    }
+    txn.commit().await
+}
