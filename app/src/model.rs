@@ -68,6 +68,7 @@ pub enum Preset {
     /// The local day before today.
     Yesterday,
     /// The seven local days before today.
+    #[serde(rename = "last_7_days")]
     Last7Days,
     /// From the first of this month to the first of next month.
     ThisMonth,

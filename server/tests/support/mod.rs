@@ -1,0 +1,262 @@
+//! `TestApp`: the real HTTP app over a socket, with a fresh database per test (a SQLite file,
+//! or a new PostgreSQL database made through `TEST_DATABASE_URL`) and a local object store.
+#![allow(dead_code)]
+
+use exportd::clock::{Clock, SharedClock, SystemClock};
+use exportd::config::{Config, WorkerConfig};
+use exportd::server::{app_router, AppState};
+use exportd::worker::{self, WorkerContext};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Which database a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The admin connection used to create per-test PostgreSQL databases.
+pub fn admin_url() -> String {
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A fresh, empty database of the backend; its URL and a guard that drops it.
+pub async fn fresh_database(backend: Backend, dir: &std::path::Path) -> (String, Option<PgDrop>) {
+    match backend {
+        Backend::Sqlite => (format!("sqlite://{}/exportd.db", dir.display()), None),
+        Backend::Postgres => {
+            let admin = admin_url();
+            let name = format!("exportd_test_{}", uuid::Uuid::new_v4().simple());
+            let conn = sea_orm::Database::connect(admin.as_str()).await.expect("PostgreSQL at TEST_DATABASE_URL must be reachable");
+            conn.execute_unprepared(&format!("CREATE DATABASE {name}")).await.expect("create test database");
+            conn.close().await.ok();
+            let mut url = url::Url::parse(&admin).expect("TEST_DATABASE_URL is a URL");
+            url.set_path(&format!("/{name}"));
+            (url.to_string(), Some(PgDrop { admin, name }))
+        }
+    }
+}
+
+/// Drops a per-test PostgreSQL database when the test ends.
+pub struct PgDrop {
+    admin: String,
+    name: String,
+}
+
+impl Drop for PgDrop {
+    fn drop(&mut self) {
+        let admin = self.admin.clone();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(async move {
+                if let Ok(conn) = sea_orm::Database::connect(admin.as_str()).await {
+                    let _ = conn.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A clock the test sets.
+pub struct FixedClock(pub Mutex<jiff::Timestamp>);
+
+impl Clock for FixedClock {
+    fn now(&self) -> jiff::Timestamp {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// The configuration tests run with: short leases, a local store in the test's folder.
+pub fn test_config(database_url: &str, dir: &std::path::Path) -> Config {
+    Config {
+        database_url: database_url.to_owned(),
+        store_url: format!("file://{}/objects", dir.display()),
+        signing_key: None,
+        lease: Duration::from_secs(5),
+        link_ttl: Duration::from_secs(300),
+        artifact_ttl: Duration::from_secs(86_400),
+        record_ttl: Duration::from_secs(2_592_000),
+        queue_ttl: Duration::from_secs(86_400),
+        max_attempts: 5,
+        max_active_per_actor: 1000,
+        site_root: "target/site".to_owned(),
+    }
+}
+
+/// How to start a `TestApp`.
+pub struct Options {
+    pub backend: Backend,
+    pub orders: u32,
+    pub worker: bool,
+    pub clock: Option<SharedClock>,
+    pub max_active_per_actor: u64,
+}
+
+impl Options {
+    pub fn new(backend: Backend) -> Options {
+        Options { backend, orders: 200, worker: false, clock: None, max_active_per_actor: 1000 }
+    }
+}
+
+/// The app on a real socket, its database and its store folder.
+pub struct TestApp {
+    pub addr: String,
+    pub db: DatabaseConnection,
+    pub dir: tempfile::TempDir,
+    pub config: Arc<Config>,
+    pub shutdown: CancellationToken,
+    pub backend: Backend,
+    database_url: String,
+    server: tokio::task::JoinHandle<()>,
+    worker: Option<tokio::task::JoinHandle<()>>,
+    _pg: Option<PgDrop>,
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> TestApp {
+        TestApp::start(Options::new(backend)).await
+    }
+
+    pub async fn with_worker(backend: Backend) -> TestApp {
+        TestApp::start(Options { worker: true, ..Options::new(backend) }).await
+    }
+
+    pub async fn start(opts: Options) -> TestApp {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (database_url, pg) = fresh_database(opts.backend, dir.path()).await;
+        let mut config = test_config(&database_url, dir.path());
+        config.max_active_per_actor = opts.max_active_per_actor;
+        let config = Arc::new(config);
+        let db = exportd::db::connect_and_migrate(&database_url).await.expect("migrate");
+        exportd::seed::seed_demo(&db, opts.orders, jiff::Timestamp::now().as_millisecond()).await.expect("seed");
+        let clock = opts.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let state = AppState::new(db.clone(), config.clone(), clock).await.expect("state");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = format!("http://{}", listener.local_addr().expect("addr"));
+        let shutdown = CancellationToken::new();
+        let router = app_router(state.clone());
+        let token = shutdown.clone();
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).with_graceful_shutdown(async move { token.cancelled().await }).await;
+        });
+        let mut app = TestApp { addr, db, dir, config, shutdown, backend: opts.backend, database_url, server, worker: None, _pg: pg };
+        if opts.worker {
+            app.start_worker(WorkerConfig { deployments: vec![], concurrency: 2 });
+        }
+        app
+    }
+
+    /// Starts an in-process worker with its own shutdown signal (the app's).
+    pub fn start_worker(&mut self, worker: WorkerConfig) {
+        let stores = Arc::new(exportd::storage::Stores::new(self.config.clone()));
+        let ctx = WorkerContext::new(self.db.clone(), self.config.clone(), worker, stores, self.shutdown.clone());
+        self.worker = Some(tokio::spawn(worker::run(ctx)));
+    }
+
+    pub fn database_url(&self) -> &str {
+        &self.database_url
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.addr)
+    }
+
+    /// A client with no credentials.
+    pub fn anonymous(&self) -> reqwest::Client {
+        reqwest::Client::builder().cookie_store(true).redirect(reqwest::redirect::Policy::none()).build().unwrap()
+    }
+
+    /// A client signed in through the login form as `email`.
+    pub async fn login(&self, email: &str) -> reqwest::Client {
+        let client = self.anonymous();
+        let resp = client
+            .post(self.url("/api/session"))
+            .json(&serde_json::json!({"email": email, "password": exportd::seed::DEMO_PASSWORD}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 204, "login of {email}");
+        client
+    }
+
+    /// POST /api/exports with `key` and a JSON body.
+    pub async fn create(&self, client: &reqwest::Client, key: &str, body: &Value) -> reqwest::Response {
+        client.post(self.url("/api/exports")).header("Idempotency-Key", key).json(body).send().await.unwrap()
+    }
+
+    /// Polls an export until it is terminal; panics after `limit`.
+    pub async fn wait_terminal(&self, client: &reqwest::Client, id: &str, limit: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let view: Value = client.get(self.url(&format!("/api/exports/{id}"))).send().await.unwrap().json().await.unwrap();
+            if matches!(view["status"].as_str(), Some("ready" | "failed" | "cancelled")) {
+                return view;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "export {id} still {} after {limit:?}", view["status"]);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A number from one SQL query.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        let backend = self.db.get_database_backend();
+        let row = self.db.query_one_raw(Statement::from_string(backend, sql.to_owned())).await.unwrap().unwrap();
+        row.try_get_by_index::<i64>(0).unwrap()
+    }
+
+    /// Every file under the store's folder, relative to it.
+    pub fn objects(&self, prefix: &str) -> Vec<String> {
+        let root = self.dir.path().join("objects");
+        let mut out = Vec::new();
+        let mut stack = vec![root.join(prefix)];
+        while let Some(p) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&p) else { continue };
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    out.push(path.strip_prefix(&root).unwrap().display().to_string());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        if let Some(w) = self.worker {
+            let _ = w.await;
+        }
+        let _ = self.server.await;
+    }
+}
+
+/// Runs the body once on SQLite and once on PostgreSQL, as two tests.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($name:ident, |$backend:ident| $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            async fn run($backend: $crate::support::Backend) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn on_sqlite() {
+                run($crate::support::Backend::Sqlite).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn on_postgres() {
+                run($crate::support::Backend::Postgres).await
+            }
+        }
+    };
+}
