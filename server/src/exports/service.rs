@@ -16,7 +16,7 @@ use app::{DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContrac
 use axum::http::HeaderMap;
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveValue::NotSet, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter,
+    ActiveValue::NotSet, IntoActiveModel, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter,
     QuerySelect, Set, SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 use serde_json::Value;
@@ -149,39 +149,39 @@ async fn insert_new(
     let id = format!("exp_{}", uuid::Uuid::now_v7().simple());
     let request_json = serde_json::to_string(request).map_err(|e| AppError::Internal(e.to_string()))?;
     let resolved_json = serde_json::to_string(resolved).map_err(|e| AppError::Internal(e.to_string()))?;
-    let row = exports::ActiveModel {
-        id: Set(id.clone()),
-        tenant_id: Set(actor.tenant_id.clone()),
-        actor_id: Set(actor.user_id.clone()),
-        idempotency_key: Set(key.to_owned()),
-        fingerprint: Set(fp.to_owned()),
-        report: Set(request.report.clone()),
-        request: Set(request_json),
-        resolved: Set(resolved_json),
-        deployment: Set(resolved.deployment.clone()),
-        status: Set(ExportStatus::Queued.as_str().to_owned()),
-        generation: Set(0),
-        lease_owner: Set(None),
-        lease_expires_at: Set(None),
-        attempt: Set(0),
-        next_attempt_at: Set(None),
-        rows_written: Set(0),
-        rows_total: Set(None),
-        artifact_key: Set(None),
-        artifact_sha256: Set(None),
-        artifact_bytes: Set(None),
-        artifact_rows: Set(None),
-        artifact_expires_at: Set(None),
-        artifact_expired: Set(false),
-        error_code: Set(None),
-        error_message: Set(None),
-        error_retryable: Set(None),
-        error_support_ref: Set(None),
-        created_at: Set(now_ms),
-        updated_at: Set(now_ms),
-        finished_at: Set(None),
+    let row = exports::Model {
+        id: id.clone(),
+        tenant_id: actor.tenant_id.clone(),
+        actor_id: actor.user_id.clone(),
+        idempotency_key: key.to_owned(),
+        fingerprint: fp.to_owned(),
+        report: request.report.clone(),
+        request: request_json,
+        resolved: resolved_json,
+        deployment: resolved.deployment.clone(),
+        status: ExportStatus::Queued.as_str().to_owned(),
+        generation: 0,
+        lease_owner: None,
+        lease_expires_at: None,
+        attempt: 0,
+        next_attempt_at: None,
+        rows_written: 0,
+        rows_total: None,
+        artifact_key: None,
+        artifact_sha256: None,
+        artifact_bytes: None,
+        artifact_rows: None,
+        artifact_expires_at: None,
+        artifact_expired: false,
+        error_code: None,
+        error_message: None,
+        error_retryable: None,
+        error_support_ref: None,
+        created_at: now_ms,
+        updated_at: now_ms,
+        finished_at: None,
     };
-    let inserted = exports::Entity::insert(row)
+    let inserted = exports::Entity::insert(row.clone().into_active_model())
         .on_conflict(
             OnConflict::columns([exports::Column::TenantId, exports::Column::ActorId, exports::Column::IdempotencyKey])
                 .do_nothing()
@@ -193,14 +193,15 @@ async fn insert_new(
         record_event(&txn, &id, &actor.tenant_id, &actor.user_id, now_ms, None, ExportStatus::Queued, 0, None).await?;
     }
     txn.commit().await?;
+    if inserted == 1 {
+        // The row as inserted: a worker may claim it at once, but the answer to this request
+        // is the operation as it was accepted.
+        return Ok(CreateOutcome::Created(to_view(&row, None)?));
+    }
     let stored = find_by_key(&state.db, actor, key)
         .await?
-        .ok_or_else(|| AppError::Internal("the operation vanished after insert".into()))?;
-    if inserted == 1 && stored.id == id {
-        Ok(CreateOutcome::Created(to_view(&stored, None)?))
-    } else {
-        replay_or_conflict(&stored, Some(fp)).map(CreateOutcome::Replayed)
-    }
+        .ok_or_else(|| AppError::Internal("the operation vanished after a conflicting insert".into()))?;
+    replay_or_conflict(&stored, Some(fp)).map(CreateOutcome::Replayed)
 }
 
 /// Appends to the audit trail.
