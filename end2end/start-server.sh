@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Starts exportd for the browser tests: a fresh PostgreSQL database (so the test can read it back
+# with the `pg` client), a fresh local store, the demo data, and the built page.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+port=${E2E_PORT:-3100}
+admin=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+db_url="${admin%/*}/exportd_e2e"
+exe=${EXPORTD_BIN:-${CARGO_TARGET_DIR:-$root/target}/debug/exportd}
+run="$here/.run"
+rm -rf "$run" && mkdir -p "$run"
+psql "$admin" -q -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS exportd_e2e WITH (FORCE)" -c "CREATE DATABASE exportd_e2e"
+export DATABASE_URL="$db_url" EXPORTD_STORE="file://$run/objects" EXPORTD_LOG=warn
+cd "$root"
+"$exe" seed --demo --orders 2000
+exec "$exe" serve --bind "127.0.0.1:$port"
