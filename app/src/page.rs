@@ -152,7 +152,7 @@ pub fn ExportPage() -> impl IntoView {
                 </div>
                 {move || match state.get() {
                     ExportState::Ready { id, .. } => Some(view! {
-                        <a data-testid="download" href=format!("/api/exports/{id}/download")>"Download CSV"</a>
+                        <a data-testid="download" rel="external" download="" href=format!("/api/exports/{id}/download")>"Download CSV"</a>
                     }),
                     _ => None,
                 }}
