@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what exportd needs to build (and, with --browser, to run its browser tests), skipping
+# whatever is already there. Nothing is downloaded from outside the package registries.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$root"
+
+want_browser=false
+[[ "${1:-}" == "--browser" ]] && want_browser=true
+
+apt_install() {
+  if [[ ! -f /var/lib/apt/lists/.exportd-updated ]]; then
+    apt-get update -q && touch /var/lib/apt/lists/.exportd-updated
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"
+}
+
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  rustup target add wasm32-unknown-unknown
+fi
+
+leptos_version=0.3.10
+if [[ "$(cargo leptos --version 2>/dev/null || true)" != *"$leptos_version"* ]]; then
+  cargo install cargo-leptos --version "$leptos_version" --locked
+fi
+
+# The CLI must equal the wasm-bindgen crate in Cargo.lock to the patch version.
+bindgen_version=$(awk '/^name = "wasm-bindgen"$/ {getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)
+if [[ "$(wasm-bindgen --version 2>/dev/null || true)" != *"$bindgen_version"* ]]; then
+  cargo install wasm-bindgen-cli --version "$bindgen_version"
+fi
+
+# wasm-opt for release builds comes from npm's binaryen (Debian's is too old).
+if [[ ! -x end2end/node_modules/.bin/wasm-opt || end2end/package-lock.json -nt end2end/node_modules/.package-lock.json ]]; then
+  (cd end2end && npm ci --no-audit --no-fund)
+fi
+
+if $want_browser; then
+  [[ -x /usr/bin/chromium ]] || apt_install chromium
+  command -v psql >/dev/null || apt_install postgresql-client
+fi

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test: the Rust unit and integration tests (each against SQLite and against the
+# PostgreSQL at TEST_DATABASE_URL), then the Playwright test in Debian's Chromium.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+"$root/scripts/setup.sh" --browser
+cd "$root"
+
+export TEST_DATABASE_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+if ! psql "$TEST_DATABASE_URL" -qtAc 'SELECT 1' >/dev/null 2>&1; then
+  # This machine kind runs PostgreSQL; start it if it stopped.
+  if command -v pg_ctlcluster >/dev/null; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  fi
+  if ! psql "$TEST_DATABASE_URL" -qtAc 'SELECT 1' >/dev/null 2>&1; then
+    echo "test.sh: PostgreSQL at $TEST_DATABASE_URL is not reachable; the tests need it" >&2
+    exit 1
+  fi
+fi
+
+cargo test --locked -p app -p migrations -p server
+
+cargo leptos build
+(cd end2end && npx playwright test)
