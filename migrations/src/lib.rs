@@ -6,6 +6,7 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261202_000001_init;
+mod m20261202_000002_login_throttle;
 
 /// The ordered list of exportd's migrations.
 pub struct Migrator;
@@ -13,6 +14,9 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261202_000001_init::Migration)]
+        vec![
+            Box::new(m20261202_000001_init::Migration),
+            Box::new(m20261202_000002_login_throttle::Migration),
+        ]
     }
 }

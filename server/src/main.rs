@@ -120,7 +120,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let local = listener.local_addr().map_err(|e| e.to_string())?;
             tracing::info!("exportd listening on http://{local}");
             let token = shutdown.clone();
-            axum::serve(listener, app_router(state))
+            axum::serve(listener, app_router(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
                 .with_graceful_shutdown(async move { token.cancelled().await })
                 .await
                 .map_err(|e| format!("server: {e}"))?;

@@ -57,7 +57,8 @@ async fn method_not_allowed() -> AppError {
 pub fn api_router(state: AppState) -> Router {
     let api = Router::new()
         .route("/session", post(controllers::session::login).get(controllers::session::whoami).delete(controllers::session::logout))
-        .route("/exports", post(controllers::exports::create))
+        .route("/exports", post(controllers::exports::create).get(controllers::exports::list))
+        .route("/exports/{id}/cancel", post(controllers::exports::cancel))
         .route("/exports/{id}", get(controllers::exports::show))
         .route("/exports/{id}/download", get(controllers::downloads::download))
         .fallback(unknown_api_route)

@@ -4,6 +4,7 @@ mod actor;
 mod origin;
 mod passwords;
 mod sessions;
+pub mod throttle;
 mod tokens;
 
 pub use actor::{load_active_actor, session_secret, Actor, AuthVia};

@@ -6,7 +6,8 @@ use crate::entities::users;
 use crate::error::AppError;
 use crate::server::AppState;
 use app::{LoginRequest, SessionView};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
+use std::net::SocketAddr;
 use axum::http::{header, request::Parts, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -29,6 +30,13 @@ pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): R
     super::body::require_json(&parts.headers)?;
     let login: LoginRequest = serde_json::from_slice(&body).map_err(|_| AppError::MalformedJson("expected {\"email\", \"password\"}".into()))?;
     let email = login.email.trim().to_lowercase();
+    let ip = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip().to_string())
+        .unwrap_or_default();
+    let now = state.now_ms();
+    auth::throttle::check(&state.db, &ip, &email, now).await?;
     let user = users::Entity::find().filter(users::Column::Email.eq(&email)).one(&state.db).await?;
     let password = login.password;
     let stored = user.as_ref().map(|u| u.password_hash.clone());
@@ -37,8 +45,12 @@ pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): R
         .map_err(|e| AppError::Internal(format!("password check: {e}")))?;
     let user = match user {
         Some(u) if verified && u.active => u,
-        _ => return Err(AppError::InvalidCredentials),
+        _ => {
+            auth::throttle::failed(&state.db, &ip, &email, now).await?;
+            return Err(AppError::InvalidCredentials);
+        }
     };
+    auth::throttle::succeeded(&state.db, &ip, &email).await?;
     let secret = auth::create_session(&state.db, &user.id, state.now_ms()).await?;
     with_cookie(StatusCode::NO_CONTENT, auth::session_cookie(&secret, behind_tls(&parts)))
 }

@@ -3,6 +3,7 @@
 pub mod api_tokens;
 pub mod customers;
 pub mod export_events;
+pub mod login_throttle;
 pub mod exports;
 pub mod orders;
 pub mod sessions;

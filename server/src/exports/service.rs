@@ -14,9 +14,9 @@ use crate::error::AppError;
 use crate::server::AppState;
 use app::{DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
 use axum::http::HeaderMap;
-use sea_orm::sea_query::OnConflict;
+use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
-    ActiveValue::NotSet, IntoActiveModel, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter,
+    ActiveValue::NotSet, IntoActiveModel, ColumnTrait, Condition, QueryOrder, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter,
     QuerySelect, Set, SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 use serde_json::Value;
@@ -276,4 +276,119 @@ pub async fn download_link(state: &AppState, actor: &Actor, id: &str) -> Result<
     let link = mint_download(state, actor, &m)?.ok_or(AppError::ExportNotReady)?;
     record_event(&state.db, &m.id, &m.tenant_id, &actor.user_id, state.now_ms(), Some(ExportStatus::Ready), ExportStatus::Ready, m.generation, Some("download link minted".into())).await?;
     Ok(link.url)
+}
+
+/// What a cancel did (SPEC §3): 200 for `cancelled`, 202 for `cancel_requested`.
+#[derive(Debug)]
+pub enum CancelOutcome {
+    /// Cancelled at once (was queued or retry_wait), or already cancelled.
+    Cancelled(ExportView),
+    /// The worker stops at its next checkpoint (was running), or already asked.
+    Requested(ExportView),
+}
+
+/// Cancels the actor's export: `queued`/`retry_wait` → `cancelled`, `running` → `cancel_requested`,
+/// each one conditional update; a finished export is 409 with its view.
+pub async fn cancel_export(state: &AppState, actor: &Actor, id: &str) -> Result<CancelOutcome, AppError> {
+    let m = find_own(&state.db, actor, id).await?;
+    let now = state.now_ms();
+    let cancelled = exports::Entity::update_many()
+        .col_expr(exports::Column::Status, Expr::value(ExportStatus::Cancelled.as_str()))
+        .col_expr(exports::Column::FinishedAt, Expr::value(now))
+        .col_expr(exports::Column::UpdatedAt, Expr::value(now))
+        .col_expr(exports::Column::NextAttemptAt, Expr::value(Option::<i64>::None))
+        .filter(exports::Column::Id.eq(&m.id))
+        .filter(exports::Column::Status.is_in([ExportStatus::Queued.as_str(), ExportStatus::RetryWait.as_str()]))
+        .exec(&state.db)
+        .await?;
+    if cancelled.rows_affected == 1 {
+        record_event(&state.db, &m.id, &m.tenant_id, &actor.user_id, now, status_of(&m).ok(), ExportStatus::Cancelled, m.generation, Some("cancel".into())).await?;
+    } else {
+        let requested = exports::Entity::update_many()
+            .col_expr(exports::Column::Status, Expr::value(ExportStatus::CancelRequested.as_str()))
+            .col_expr(exports::Column::UpdatedAt, Expr::value(now))
+            .filter(exports::Column::Id.eq(&m.id))
+            .filter(exports::Column::Status.eq(ExportStatus::Running.as_str()))
+            .exec(&state.db)
+            .await?;
+        if requested.rows_affected == 1 {
+            record_event(&state.db, &m.id, &m.tenant_id, &actor.user_id, now, Some(ExportStatus::Running), ExportStatus::CancelRequested, m.generation, Some("cancel".into())).await?;
+        }
+    }
+    let current = find_own(&state.db, actor, id).await?;
+    let view = to_view(&current, mint_download(state, actor, &current)?)?;
+    match view.status {
+        ExportStatus::Cancelled => Ok(CancelOutcome::Cancelled(view)),
+        ExportStatus::CancelRequested => Ok(CancelOutcome::Requested(view)),
+        ExportStatus::Ready | ExportStatus::Failed => Err(AppError::ExportAlreadyFinished(Box::new(view))),
+        // Moved between the updates and the read (e.g. claimed just now): the running case again.
+        ExportStatus::Queued | ExportStatus::Running | ExportStatus::RetryWait => Box::pin(cancel_export(state, actor, id)).await,
+    }
+}
+
+/// One page of the actor's exports, newest first.
+#[derive(Debug)]
+pub struct ExportPage {
+    /// The exports of this page.
+    pub items: Vec<ExportView>,
+    /// Where the next page starts, if there is one.
+    pub next_cursor: Option<String>,
+}
+
+fn encode_cursor(m: &exports::Model) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}:{}", m.created_at, m.id))
+}
+
+fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let (at, id) = text.split_once(':')?;
+    let at = at.parse().ok()?;
+    id.starts_with("exp_").then(|| (at, id.to_owned()))
+}
+
+/// The default and largest page sizes of `GET /api/exports`.
+pub const LIST_DEFAULT: u64 = 20;
+/// The largest page size.
+pub const LIST_MAX: u64 = 100;
+
+/// The actor's exports, newest first, `limit` per page (1–100), after `cursor`.
+pub async fn list_exports(state: &AppState, actor: &Actor, limit: Option<&str>, cursor: Option<&str>) -> Result<ExportPage, AppError> {
+    let limit = match limit {
+        None => LIST_DEFAULT,
+        Some(s) => s.parse::<u64>().ok().filter(|n| (1..=LIST_MAX).contains(n)).ok_or_else(|| {
+            AppError::InvalidRequest(vec![crate::error::FieldError::new("/limit", "limit must be a whole number from 1 to 100")])
+        })?,
+    };
+    let mut query = exports::Entity::find()
+        .filter(exports::Column::TenantId.eq(&actor.tenant_id))
+        .filter(exports::Column::ActorId.eq(&actor.user_id));
+    if let Some(cursor) = cursor {
+        let (at, id) = decode_cursor(cursor)
+            .ok_or_else(|| AppError::InvalidRequest(vec![crate::error::FieldError::new("/cursor", "not a cursor this API gave out")]))?;
+        query = query.filter(
+            Condition::any()
+                .add(exports::Column::CreatedAt.lt(at))
+                .add(Condition::all().add(exports::Column::CreatedAt.eq(at)).add(exports::Column::Id.lt(id))),
+        );
+    }
+    let mut rows = query
+        .order_by_desc(exports::Column::CreatedAt)
+        .order_by_desc(exports::Column::Id)
+        .limit(limit + 1)
+        .all(&state.db)
+        .await?;
+    let next_cursor = if rows.len() as u64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(encode_cursor)
+    } else {
+        None
+    };
+    let items = rows
+        .iter()
+        .map(|m| to_view(m, mint_download(state, actor, m)?))
+        .collect::<Result<Vec<_>, AppError>>()?;
+    Ok(ExportPage { items, next_cursor })
 }

@@ -132,10 +132,35 @@ impl TestApp {
         let (database_url, pg) = fresh_database(opts.backend, dir.path()).await;
         let mut config = test_config(&database_url, dir.path());
         config.max_active_per_actor = opts.max_active_per_actor;
-        let config = Arc::new(config);
         let db = exportd::db::connect_and_migrate(&database_url).await.expect("migrate");
         exportd::seed::seed_demo(&db, opts.orders, jiff::Timestamp::now().as_millisecond()).await.expect("seed");
         let clock = opts.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        TestApp::serve(opts.backend, dir, database_url, pg, Arc::new(config), db, clock, opts.worker).await
+    }
+
+    /// Stops this instance and starts a new one on the same database and store, as a restart does.
+    pub async fn restart(self) -> TestApp {
+        self.shutdown.cancel();
+        if let Some(w) = self.worker {
+            let _ = w.await;
+        }
+        let _ = self.server.await;
+        self.db.close().await.ok();
+        let db = exportd::db::connect_and_migrate(&self.database_url).await.expect("reconnect");
+        TestApp::serve(self.backend, self.dir, self.database_url, self._pg, self.config, db, Arc::new(SystemClock), false).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn serve(
+        backend: Backend,
+        dir: tempfile::TempDir,
+        database_url: String,
+        pg: Option<PgDrop>,
+        config: Arc<Config>,
+        db: DatabaseConnection,
+        clock: SharedClock,
+        worker: bool,
+    ) -> TestApp {
         let state = AppState::new(db.clone(), config.clone(), clock).await.expect("state");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = format!("http://{}", listener.local_addr().expect("addr"));
@@ -143,10 +168,10 @@ impl TestApp {
         let router = app_router(state.clone());
         let token = shutdown.clone();
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).with_graceful_shutdown(async move { token.cancelled().await }).await;
+            let _ = axum::serve(listener, router.into_make_service_with_connect_info::<std::net::SocketAddr>()).with_graceful_shutdown(async move { token.cancelled().await }).await;
         });
-        let mut app = TestApp { addr, db, dir, config, shutdown, backend: opts.backend, database_url, server, worker: None, _pg: pg };
-        if opts.worker {
+        let mut app = TestApp { addr, db, dir, config, shutdown, backend, database_url, server, worker: None, _pg: pg };
+        if worker {
             app.start_worker(WorkerConfig { deployments: vec![], concurrency: 2 });
         }
         app
@@ -230,6 +255,27 @@ impl TestApp {
         out
     }
 
+    /// A client that authenticates with a new API token of `email`.
+    pub async fn token_client(&self, email: &str) -> (reqwest::Client, String) {
+        use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+        let user = exportd::entities::users::Entity::find()
+            .filter(exportd::entities::users::Column::Email.eq(email))
+            .one(&self.db)
+            .await
+            .unwrap()
+            .unwrap();
+        let token = exportd::auth::create_token(&self.db, &user.id, 0).await.unwrap();
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        let client = reqwest::Client::builder().default_headers(headers).redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        (client, token)
+    }
+
+    /// Runs one SQL statement.
+    pub async fn exec(&self, sql: &str) {
+        self.db.execute_unprepared(sql).await.unwrap();
+    }
+
     pub async fn stop(self) {
         self.shutdown.cancel();
         if let Some(w) = self.worker {
@@ -259,4 +305,17 @@ macro_rules! on_both_backends {
             }
         }
     };
+}
+
+/// Asserts an RFC 9457 problem with `status` and `code`; returns its body.
+pub async fn expect_problem(resp: reqwest::Response, status: u16, code: &str) -> Value {
+    assert_eq!(resp.status().as_u16(), status, "status for {code}");
+    let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    assert_eq!(ct, "application/problem+json", "content type for {code}");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["status"], status);
+    assert_eq!(body["code"], code, "{body}");
+    assert_eq!(body["type"], format!("https://exportd.dev/problems/{code}"));
+    assert!(body["title"].is_string());
+    body
 }

@@ -1,0 +1,87 @@
+//! Login backoff per (IP, email): after a few failures each further attempt waits longer. The
+//! account itself is never locked: the same email from another address is unaffected.
+
+use super::tokens::hash_secret;
+use crate::entities::login_throttle;
+use crate::error::AppError;
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
+
+/// Failures allowed before backoff starts.
+pub const FREE_FAILURES: i32 = 5;
+/// The longest wait, in milliseconds.
+pub const MAX_BACKOFF_MS: i64 = 15 * 60 * 1000;
+
+fn key(ip: &str, email: &str) -> String {
+    hash_secret(&format!("{ip}\n{email}"))
+}
+
+/// The wait after `failures` failures: none for the first few, then 1 s, 2 s, 4 s … up to 15 minutes.
+pub fn backoff_ms(failures: i32) -> i64 {
+    if failures < FREE_FAILURES {
+        return 0;
+    }
+    let exp = (failures - FREE_FAILURES).min(20) as u32;
+    (1000i64 << exp).min(MAX_BACKOFF_MS)
+}
+
+/// Refuses the attempt with 429 while the pair is waiting.
+pub async fn check<C: ConnectionTrait>(db: &C, ip: &str, email: &str, now_ms: i64) -> Result<(), AppError> {
+    if let Some(row) = login_throttle::Entity::find_by_id(key(ip, email)).one(db).await? {
+        if row.blocked_until > now_ms {
+            let secs = ((row.blocked_until - now_ms) as u64).div_ceil(1000);
+            return Err(AppError::RateLimited { retry_after_secs: secs.max(1) });
+        }
+    }
+    Ok(())
+}
+
+/// Counts a failure and sets the next allowed time.
+pub async fn failed<C: ConnectionTrait>(db: &C, ip: &str, email: &str, now_ms: i64) -> Result<(), AppError> {
+    let id = key(ip, email);
+    login_throttle::Entity::insert(login_throttle::ActiveModel {
+        id: Set(id.clone()),
+        failures: Set(0),
+        blocked_until: Set(0),
+        updated_at: Set(now_ms),
+    })
+    .on_conflict(OnConflict::column(login_throttle::Column::Id).do_nothing().to_owned())
+    .exec_without_returning(db)
+    .await?;
+    login_throttle::Entity::update_many()
+        .col_expr(login_throttle::Column::Failures, sea_orm::ExprTrait::add(Expr::col(login_throttle::Column::Failures), 1))
+        .col_expr(login_throttle::Column::UpdatedAt, Expr::value(now_ms))
+        .filter(login_throttle::Column::Id.eq(&id))
+        .exec(db)
+        .await?;
+    if let Some(row) = login_throttle::Entity::find_by_id(id.clone()).one(db).await? {
+        let wait = backoff_ms(row.failures);
+        if wait > 0 {
+            login_throttle::Entity::update_many()
+                .col_expr(login_throttle::Column::BlockedUntil, Expr::value(now_ms + wait))
+                .filter(login_throttle::Column::Id.eq(&id))
+                .exec(db)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Forgets the failures of a pair after a successful login.
+pub async fn succeeded<C: ConnectionTrait>(db: &C, ip: &str, email: &str) -> Result<(), AppError> {
+    login_throttle::Entity::delete_by_id(key(ip, email)).exec(db).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_starts_after_the_free_failures_and_doubles_up_to_the_cap() {
+        assert_eq!(backoff_ms(4), 0);
+        assert_eq!(backoff_ms(5), 1000);
+        assert_eq!(backoff_ms(6), 2000);
+        assert_eq!(backoff_ms(100), MAX_BACKOFF_MS);
+    }
+}
