@@ -133,3 +133,77 @@ async fn unknown_emails_and_roles_are_runtime_errors_and_bad_flags_are_usage_err
     assert_eq!(status(&["token", "create", "nobody@acme.test"]).await, Some(1));
     assert_eq!(status(&["serve", "--no-such-flag"]).await, Some(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_posts_with_one_key_over_two_server_processes_on_postgres_make_one_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, _guard) = fresh_database(Backend::Postgres, dir.path()).await;
+    let store = format!("file://{}/objects", dir.path().display());
+    run_ok({
+        let mut c = exportd(&db, &store);
+        c.args(["seed", "--demo", "--orders", "10"]);
+        c
+    })
+    .await;
+    let token = run_ok({
+        let mut c = exportd(&db, &store);
+        c.args(["token", "create", "bob@acme.test"]);
+        c
+    })
+    .await;
+    let token = token.trim().to_owned();
+    let mut servers = Vec::new();
+    let mut bases = Vec::new();
+    for _ in 0..2 {
+        let port = free_port();
+        let child = exportd(&db, &store)
+            .env("EXPORTD_MAX_ACTIVE_PER_ACTOR", "1000")
+            .args(["serve", "--no-worker", "--bind", &format!("127.0.0.1:{port}")])
+            .spawn()
+            .unwrap();
+        servers.push(child);
+        bases.push(format!("http://127.0.0.1:{port}"));
+    }
+    for base in &bases {
+        wait_healthy(base).await;
+    }
+    let client = reqwest::Client::new();
+    for round in 0..20 {
+        let key = format!("two-servers-{round}");
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(64));
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            let (client, url, key, token, barrier) =
+                (client.clone(), format!("{}/api/exports", bases[i % 2]), key.clone(), token.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                let resp = client.post(url).bearer_auth(token).header("Idempotency-Key", key).json(&json!({"report": "orders"})).send().await.unwrap();
+                let status = resp.status().as_u16();
+                let body: Value = resp.json().await.unwrap();
+                (status, body["id"].as_str().map(str::to_owned))
+            }));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for t in tasks {
+            let (status, id) = t.await.unwrap();
+            assert_eq!(status, 202, "round {round}");
+            ids.insert(id.unwrap());
+        }
+        assert_eq!(ids.len(), 1, "round {round}: {ids:?}");
+    }
+    let check = sea_orm::Database::connect(db.as_str()).await.unwrap();
+    use sea_orm::ConnectionTrait;
+    let row = check
+        .query_one_raw(sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, "SELECT COUNT(*) AS n FROM exports"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.try_get::<i64>("", "n").unwrap(), 20);
+    check.close().await.ok();
+    for s in &servers {
+        terminate(s);
+    }
+    for mut s in servers {
+        let _ = tokio::time::timeout(Duration::from_secs(20), s.wait()).await;
+    }
+}
