@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 /// move operations between these; `Ready`, `Failed` and `Cancelled` are terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum ExportStatus {
     /// Accepted and waiting for a worker. In: create. Out: worker claim, cancel, janitor (queue TTL).
     Queued,
@@ -64,6 +65,7 @@ impl ExportStatus {
 /// A time range preset (SPEC §3.1), resolved in the request's timezone at acceptance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum Preset {
     /// The local day before today.
     Yesterday,
@@ -77,6 +79,7 @@ pub enum Preset {
 /// The time range of a request: a preset, or inclusive local dates `YYYY-MM-DD`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum TimeRange {
     /// A named range relative to the local day of acceptance.
     Preset {
@@ -101,6 +104,7 @@ impl Default for TimeRange {
 /// Options of the produced file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ExportOptions {
     /// Start the file with a UTF-8 byte order mark, for spreadsheet software.
     #[serde(default)]
@@ -119,11 +123,13 @@ fn default_timezone() -> String {
 /// is the request "with defaults filled in" that the fingerprint and `ExportView.request` use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ExportRequest {
     /// The report's name, e.g. `orders`.
     pub report: String,
     /// Filter name → value; which filters exist depends on the report.
     #[serde(default)]
+    #[cfg_attr(feature = "ssr", schema(value_type = Object))]
     pub filters: BTreeMap<String, serde_json::Value>,
     /// The columns asked for; `null` means every column the role may read.
     #[serde(default)]
@@ -160,6 +166,7 @@ impl ExportRequest {
 /// What acceptance fixed for good: the UTC half-open interval, the columns after the role's
 /// policy, and the deployment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ResolvedContract {
     /// Start of the interval (inclusive), RFC 3339 UTC.
     pub from: String,
@@ -175,6 +182,7 @@ pub struct ResolvedContract {
 
 /// How far a running export has got.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Progress {
     /// Data rows written so far.
     pub rows_written: i64,
@@ -184,6 +192,7 @@ pub struct Progress {
 
 /// The published file of a ready export.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ArtifactView {
     /// Hex SHA-256 of the file's bytes.
     pub sha256: String,
@@ -199,6 +208,7 @@ pub struct ArtifactView {
 
 /// A freshly minted download link.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DownloadView {
     /// The signed link.
     pub url: String,
@@ -208,6 +218,7 @@ pub struct DownloadView {
 
 /// Why an export failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ErrorView {
     /// A stable code, e.g. `storage_unavailable`.
     pub code: String,
@@ -221,6 +232,7 @@ pub struct ErrorView {
 
 /// An export operation as the API shows it (SPEC §3.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ExportView {
     /// `exp_…`.
     pub id: String,
@@ -254,6 +266,7 @@ pub struct ExportView {
 
 /// The signed-in user, as `GET /api/session` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct SessionView {
     /// The user's email.
     pub email: String,
@@ -265,6 +278,7 @@ pub struct SessionView {
 
 /// The body of `POST /api/session`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct LoginRequest {
     /// The user's email.
     pub email: String,
@@ -274,6 +288,7 @@ pub struct LoginRequest {
 
 /// An RFC 9457 problem as the API sends it; the browser reads `code` and `title`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Problem {
     /// `https://exportd.dev/problems/<code>`.
     #[serde(rename = "type")]
@@ -287,6 +302,25 @@ pub struct Problem {
     /// More about this occurrence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The fields that failed validation (`invalid-request`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<Vec<ProblemField>>,
+    /// The operation a reused key is bound to (`idempotency-key-reused`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_ref: Option<String>,
+    /// The reference of an internal error in the server's log (`internal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub support_ref: Option<String>,
+}
+
+/// One field that failed validation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ProblemField {
+    /// JSON pointer into the request.
+    pub pointer: String,
+    /// What is wrong with it.
+    pub detail: String,
 }
 
 /// What the page shows for an export: the stored states plus the browser's own `Submitting`

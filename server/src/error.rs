@@ -166,3 +166,35 @@ impl IntoResponse for AppError {
         resp
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(err: AppError) -> (StatusCode, String, serde_json::Value) {
+        let resp = err.into_response();
+        let status = resp.status();
+        let ct = resp.headers()[header::CONTENT_TYPE].to_str().unwrap().to_owned();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, ct, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_internal_error_is_opaque_and_carries_a_support_reference() {
+        let (status, ct, body) = body_of(AppError::Internal("database: relation \"exports\" at /var/lib/secret".into())).await;
+        assert_eq!(status, 500);
+        assert_eq!(ct, "application/problem+json");
+        assert_eq!(body["code"], "internal");
+        assert_eq!(body["status"], 500);
+        assert!(body["support_ref"].as_str().unwrap().starts_with("ref_"));
+        let text = body.to_string();
+        assert!(!text.contains("relation") && !text.contains("/var/lib"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_database_error_becomes_an_opaque_internal_problem() {
+        let (status, _, body) = body_of(sea_orm::DbErr::Custom("syntax error at or near SELECT".into()).into()).await;
+        assert_eq!(status, 500);
+        assert!(!body.to_string().contains("SELECT"));
+    }
+}

@@ -18,6 +18,9 @@ use futures::TryStreamExt;
 use sea_orm::EntityTrait;
 
 /// `GET /api/exports/{id}/download`: 303 to a freshly minted link.
+#[utoipa::path(get, path = "/api/exports/{id}/download", tag = "downloads",
+    params(("id" = String, Path, description = "exp_…")),
+    responses((status = 303, description = "To a freshly minted link", headers(("Location" = String))), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"), (status = 403, description = "permission-revoked", body = app::Problem, content_type = "application/problem+json"), (status = 404, description = "export-not-found", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-not-ready", body = app::Problem, content_type = "application/problem+json"), (status = 410, description = "artifact-expired", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn download(State(state): State<AppState>, actor: Actor, Path(id): Path<String>) -> Result<Response, AppError> {
     let url = service::download_link(&state, &actor, &id).await?;
     let mut resp = StatusCode::SEE_OTHER.into_response();
@@ -33,6 +36,10 @@ fn header_value(s: &str) -> Result<HeaderValue, AppError> {
 
 /// `GET /files/{id}?…`: the bytes of a ready artifact, after checking the link and re-checking
 /// the minting actor's authority.
+#[utoipa::path(get, path = "/files/{id}", tag = "downloads",
+    params(("id" = String, Path), ("d" = String, Query, description = "artifact digest"), ("a" = String, Query, description = "minting actor"),
+        ("e" = i64, Query, description = "expiry, epoch seconds"), ("k" = String, Query, description = "key id"), ("s" = String, Query, description = "signature")),
+    responses((status = 200, description = "The CSV", content_type = "text/csv"), (status = 403, description = "link-invalid, link-expired or permission-revoked", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-not-ready", body = app::Problem, content_type = "application/problem+json"), (status = 410, description = "artifact-expired", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn serve_link(
     State(state): State<AppState>,
     Path(id): Path<String>,

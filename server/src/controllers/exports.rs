@@ -17,6 +17,14 @@ fn location(id: &str) -> Result<HeaderValue, AppError> {
 }
 
 /// `POST /api/exports`: 202 with the new or replayed operation.
+#[utoipa::path(post, path = "/api/exports", tag = "exports",
+    params(("Idempotency-Key" = String, Header, description = "One key per intent: an sf-string or a raw token of %x21-7E, 1-255 characters")),
+    request_body = app::ExportRequest,
+    responses(
+        (status = 202, description = "A new operation, or the one the key is bound to (then with Idempotent-Replayed: true)", body = app::ExportView,
+            headers(("Location" = String, description = "The operation's status URL"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
+        (status = 400, description = "idempotency-key-missing, idempotency-key-invalid or malformed-json", body = app::Problem, content_type = "application/problem+json"), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"), (status = 403, description = "export-not-permitted or cross-origin", body = app::Problem, content_type = "application/problem+json"), (status = 405, description = "method-not-allowed", body = app::Problem, content_type = "application/problem+json"), (status = 413, description = "body-too-large", body = app::Problem, content_type = "application/problem+json"), (status = 415, description = "unsupported-media-type", body = app::Problem, content_type = "application/problem+json"), (status = 422, description = "invalid-request or idempotency-key-reused", body = app::Problem, content_type = "application/problem+json"), (status = 429, description = "too-many-exports", body = app::Problem, content_type = "application/problem+json"), (status = 404, description = "not-found", body = app::Problem, content_type = "application/problem+json"), (status = 500, description = "internal", body = app::Problem, content_type = "application/problem+json")
+    ))]
 pub async fn create(State(state): State<AppState>, actor: Actor, headers: HeaderMap, RawBody(body): RawBody) -> Result<Response, AppError> {
     let outcome = service::create_export(&state, &actor, &headers, &body).await?;
     let (view, replayed) = match outcome {
@@ -32,6 +40,9 @@ pub async fn create(State(state): State<AppState>, actor: Actor, headers: Header
 }
 
 /// `GET /api/exports/{id}`: the actor's export; `Retry-After: 1` while it is not terminal.
+#[utoipa::path(get, path = "/api/exports/{id}", tag = "exports",
+    params(("id" = String, Path, description = "exp_…")),
+    responses((status = 200, description = "The export; Retry-After: 1 while not terminal", body = app::ExportView), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"), (status = 404, description = "export-not-found", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn show(State(state): State<AppState>, actor: Actor, Path(id): Path<String>) -> Result<Response, AppError> {
     let view = service::get_export(&state, &actor, &id).await?;
     let mut resp = Json(&view).into_response();
@@ -50,18 +61,34 @@ pub struct ListParams {
     pub cursor: Option<String>,
 }
 
+/// A page of `GET /api/exports`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ExportList {
+    /// The exports, newest first.
+    pub items: Vec<app::ExportView>,
+    /// Where the next page starts; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
 /// `GET /api/exports`: the actor's exports, newest first.
+#[utoipa::path(get, path = "/api/exports", tag = "exports",
+    params(("limit" = Option<u32>, Query, description = "1-100, default 20"), ("cursor" = Option<String>, Query, description = "next_cursor of the previous page")),
+    responses((status = 200, description = "The actor's exports, newest first", body = ExportList), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"), (status = 422, description = "invalid-request: bad limit or cursor", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn list(
     State(state): State<AppState>,
     actor: Actor,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Result<Json<serde_json::Value>, AppError> {
+) -> Result<Json<ExportList>, AppError> {
     let Query(params) = params.map_err(|_| AppError::InvalidRequest(vec![FieldError::new("", "unreadable query string")]))?;
     let page = service::list_exports(&state, &actor, params.limit.as_deref(), params.cursor.as_deref()).await?;
-    Ok(Json(serde_json::json!({"items": page.items, "next_cursor": page.next_cursor})))
+    Ok(Json(ExportList { items: page.items, next_cursor: page.next_cursor }))
 }
 
 /// `POST /api/exports/{id}/cancel`: 200 cancelled, 202 cancel_requested, 409 when finished.
+#[utoipa::path(post, path = "/api/exports/{id}/cancel", tag = "exports",
+    params(("id" = String, Path, description = "exp_…")),
+    responses((status = 200, description = "cancelled", body = app::ExportView), (status = 202, description = "cancel_requested", body = app::ExportView),
+        (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"), (status = 403, description = "cross-origin", body = app::Problem, content_type = "application/problem+json"), (status = 404, description = "export-not-found", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-already-finished", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn cancel(State(state): State<AppState>, actor: Actor, Path(id): Path<String>) -> Result<Response, AppError> {
     Ok(match service::cancel_export(&state, &actor, &id).await? {
         CancelOutcome::Cancelled(view) => (StatusCode::OK, Json(view)).into_response(),

@@ -5,4 +5,5 @@ pub mod body;
 pub mod downloads;
 pub mod exports;
 pub mod health;
+pub mod openapi;
 pub mod session;

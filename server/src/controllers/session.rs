@@ -25,6 +25,8 @@ fn with_cookie(status: StatusCode, cookie: String) -> Result<Response, AppError>
 }
 
 /// `POST /api/session`: checks the password (against a dummy hash for unknown emails) and starts a session.
+#[utoipa::path(post, path = "/api/session", tag = "session", request_body = app::LoginRequest,
+    responses((status = 204, description = "Signed in; the session cookie is set"), (status = 400, description = "malformed-json", body = app::Problem, content_type = "application/problem+json"), (status = 401, description = "invalid-credentials", body = app::Problem, content_type = "application/problem+json"), (status = 403, description = "cross-origin", body = app::Problem, content_type = "application/problem+json"), (status = 429, description = "rate-limited", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): RawBody) -> Result<Response, AppError> {
     auth::require_same_origin(&parts)?;
     super::body::require_json(&parts.headers)?;
@@ -56,11 +58,15 @@ pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): R
 }
 
 /// `GET /api/session`: who is signed in.
+#[utoipa::path(get, path = "/api/session", tag = "session",
+    responses((status = 200, description = "Who is signed in", body = app::SessionView), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn whoami(actor: Actor) -> Json<SessionView> {
     Json(SessionView { email: actor.email, role: actor.role.as_str().to_owned(), tenant: actor.tenant_slug })
 }
 
 /// `DELETE /api/session`: ends the browser session.
+#[utoipa::path(delete, path = "/api/session", tag = "session",
+    responses((status = 204, description = "Signed out"), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn logout(State(state): State<AppState>, actor: Actor, parts: Parts) -> Result<Response, AppError> {
     if let AuthVia::Session(secret) = &actor.via {
         auth::revoke_session(&state.db, secret, state.now_ms()).await?;
