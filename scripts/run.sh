@@ -5,7 +5,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$root/scripts/setup.sh"
 cd "$root"
-cargo leptos build --release
-exe="$CARGO_TARGET_DIR/release/exportd"
+# A debug build: it shares its artifacts with the test command and builds fastest from scratch.
+cargo leptos build
+exe="$CARGO_TARGET_DIR/debug/exportd"
 "$exe" seed --demo
 exec "$exe" serve "$@"
