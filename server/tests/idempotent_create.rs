@@ -5,7 +5,7 @@ mod support;
 use reqwest::header::HeaderValue;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
-use support::{expect_problem, Backend, FixedClock, Options, TestApp};
+use support::{expect_problem, send_together, Backend, FixedClock, Options, TestApp};
 
 async fn export_count(app: &TestApp) -> i64 {
     app.scalar("SELECT COUNT(*) FROM exports").await
@@ -16,21 +16,11 @@ on_both_backends!(sixty_four_concurrent_posts_with_one_key_make_one_row, |backen
     let bob = app.login("bob@acme.test").await;
     for round in 0..20 {
         let key = format!("race-{round}");
-        let barrier = Arc::new(tokio::sync::Barrier::new(64));
-        let mut tasks = Vec::new();
-        for _ in 0..64 {
-            let (client, url, key, barrier) = (bob.clone(), app.url("/api/exports"), key.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
-                let resp = client.post(url).header("Idempotency-Key", key).json(&json!({"report": "orders"})).send().await.unwrap();
-                let status = resp.status().as_u16();
-                let body: Value = resp.json().await.unwrap();
-                (status, body["id"].as_str().map(str::to_owned))
-            }));
-        }
+        let requests = (0..64)
+            .map(|_| bob.post(app.url("/api/exports")).header("Idempotency-Key", key.as_str()).json(&json!({"report": "orders"})))
+            .collect();
         let mut ids = std::collections::HashSet::new();
-        for t in tasks {
-            let (status, id) = t.await.unwrap();
+        for (status, id) in send_together(requests).await {
             assert_eq!(status, 202, "round {round}");
             ids.insert(id.expect("an id"));
         }
@@ -257,18 +247,12 @@ on_both_backends!(more_unfinished_exports_than_the_limit_are_refused_but_replays
 on_both_backends!(many_concurrent_new_keys_cannot_pass_the_limit, |backend| {
     let app = TestApp::start(Options { max_active_per_actor: 3, ..Options::new(backend) }).await;
     let bob = app.login("bob@acme.test").await;
-    let barrier = Arc::new(tokio::sync::Barrier::new(24));
-    let mut tasks = Vec::new();
-    for i in 0..24 {
-        let (client, url, barrier) = (bob.clone(), app.url("/api/exports"), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            client.post(url).header("Idempotency-Key", format!("n-{i}")).json(&json!({"report": "orders"})).send().await.unwrap().status().as_u16()
-        }));
-    }
+    let requests = (0..24)
+        .map(|i| bob.post(app.url("/api/exports")).header("Idempotency-Key", format!("n-{i}")).json(&json!({"report": "orders"})))
+        .collect();
     let mut accepted = 0;
-    for t in tasks {
-        match t.await.unwrap() {
+    for (status, _) in send_together(requests).await {
+        match status {
             202 => accepted += 1,
             429 => {}
             other => panic!("unexpected {other}"),

@@ -6,7 +6,7 @@ mod support;
 use serde_json::{json, Value};
 use std::process::Stdio;
 use std::time::Duration;
-use support::{fresh_database, Backend};
+use support::{fresh_database, send_together, Backend};
 use tokio::process::{Child, Command};
 
 const EXE: &str = env!("CARGO_BIN_EXE_exportd");
@@ -21,6 +21,28 @@ async fn run_ok(mut cmd: Command) -> String {
     let out = cmd.stderr(Stdio::inherit()).output().await.unwrap();
     assert!(out.status.success(), "{:?} failed", cmd);
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// A fresh PostgreSQL database with the demo data, its store folder, and an API token of bob.
+struct Prepared {
+    dir: tempfile::TempDir,
+    db: String,
+    store: String,
+    token: String,
+    _guard: Option<support::PgDrop>,
+}
+
+async fn prepared(orders: &str) -> Prepared {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, guard) = fresh_database(Backend::Postgres, dir.path()).await;
+    let store = format!("file://{}/objects", dir.path().display());
+    let mut seed = exportd(&db, &store);
+    seed.args(["seed", "--demo", "--orders", orders]);
+    run_ok(seed).await;
+    let mut token = exportd(&db, &store);
+    token.args(["token", "create", "bob@acme.test"]);
+    let token = run_ok(token).await.trim().to_owned();
+    Prepared { dir, db, store, token, _guard: guard }
 }
 
 fn free_port() -> u16 {
@@ -49,22 +71,7 @@ fn terminate(child: &Child) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_process_and_two_worker_processes_on_postgres_publish_exactly_one_object() {
-    let dir = tempfile::tempdir().unwrap();
-    let (db, _guard) = fresh_database(Backend::Postgres, dir.path()).await;
-    let store = format!("file://{}/objects", dir.path().display());
-    run_ok({
-        let mut c = exportd(&db, &store);
-        c.args(["seed", "--demo", "--orders", "300"]);
-        c
-    })
-    .await;
-    let token = run_ok({
-        let mut c = exportd(&db, &store);
-        c.args(["token", "create", "bob@acme.test"]);
-        c
-    })
-    .await;
-    let token = token.trim().to_owned();
+    let Prepared { dir, db, store, token, _guard } = prepared("300").await;
     assert!(token.starts_with("exp_tok_") && !token.contains('\n'));
 
     let port = free_port();
@@ -136,22 +143,7 @@ async fn unknown_emails_and_roles_are_runtime_errors_and_bad_flags_are_usage_err
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_posts_with_one_key_over_two_server_processes_on_postgres_make_one_row() {
-    let dir = tempfile::tempdir().unwrap();
-    let (db, _guard) = fresh_database(Backend::Postgres, dir.path()).await;
-    let store = format!("file://{}/objects", dir.path().display());
-    run_ok({
-        let mut c = exportd(&db, &store);
-        c.args(["seed", "--demo", "--orders", "10"]);
-        c
-    })
-    .await;
-    let token = run_ok({
-        let mut c = exportd(&db, &store);
-        c.args(["token", "create", "bob@acme.test"]);
-        c
-    })
-    .await;
-    let token = token.trim().to_owned();
+    let Prepared { db, store, token, _guard, .. } = prepared("10").await;
     let mut servers = Vec::new();
     let mut bases = Vec::new();
     for _ in 0..2 {
@@ -170,22 +162,17 @@ async fn sixty_four_posts_with_one_key_over_two_server_processes_on_postgres_mak
     let client = reqwest::Client::new();
     for round in 0..20 {
         let key = format!("two-servers-{round}");
-        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(64));
-        let mut tasks = Vec::new();
-        for i in 0..64 {
-            let (client, url, key, token, barrier) =
-                (client.clone(), format!("{}/api/exports", bases[i % 2]), key.clone(), token.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
-                let resp = client.post(url).bearer_auth(token).header("Idempotency-Key", key).json(&json!({"report": "orders"})).send().await.unwrap();
-                let status = resp.status().as_u16();
-                let body: Value = resp.json().await.unwrap();
-                (status, body["id"].as_str().map(str::to_owned))
-            }));
-        }
+        let requests = (0..64)
+            .map(|i| {
+                client
+                    .post(format!("{}/api/exports", bases[i % 2]))
+                    .bearer_auth(&token)
+                    .header("Idempotency-Key", key.as_str())
+                    .json(&json!({"report": "orders"}))
+            })
+            .collect();
         let mut ids = std::collections::HashSet::new();
-        for t in tasks {
-            let (status, id) = t.await.unwrap();
+        for (status, id) in send_together(requests).await {
             assert_eq!(status, 202, "round {round}");
             ids.insert(id.unwrap());
         }

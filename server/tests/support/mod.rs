@@ -319,3 +319,27 @@ pub async fn expect_problem(resp: reqwest::Response, status: u16, code: &str) ->
     assert!(body["title"].is_string());
     body
 }
+
+/// Sends every request at once, released together by a barrier; returns each answer's status
+/// and the `id` of its body, in order.
+pub async fn send_together(requests: Vec<reqwest::RequestBuilder>) -> Vec<(u16, Option<String>)> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
+    let tasks: Vec<_> = requests
+        .into_iter()
+        .map(|request| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let resp = request.send().await.unwrap();
+                let status = resp.status().as_u16();
+                let body: Value = resp.json().await.unwrap_or(Value::Null);
+                (status, body["id"].as_str().map(str::to_owned))
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
