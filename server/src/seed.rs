@@ -42,6 +42,11 @@ impl Lcg {
         self.0 >> 33
     }
 
+    /// A number below `bound`, from two draws (one draw has only 31 bits).
+    fn below(&mut self, bound: u64) -> u64 {
+        ((self.next() << 31) | self.next()) % bound
+    }
+
     fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
         items[(self.next() as usize) % items.len()]
     }
@@ -104,7 +109,7 @@ async fn seed_orders(db: &DatabaseConnection, tenant_id: &str, n: u32, now_ms: i
             email: Set(format!("customer{c}@{}.example", tenant_id.trim_start_matches("ten_"))),
             phone: Set(format!("+9665{:08}", rng.next() % 100_000_000)),
             country: Set(rng.pick(&COUNTRIES).to_owned()),
-            created_at: Set(now_ms - (rng.next() % TWO_YEARS_MS) as i64),
+            created_at: Set(now_ms - rng.below(TWO_YEARS_MS) as i64),
             lifetime_total_cents: Set(0),
         });
         if batch.len() == 500 {
@@ -136,7 +141,7 @@ async fn seed_orders(db: &DatabaseConnection, tenant_id: &str, n: u32, now_ms: i
             id: NotSet,
             tenant_id: Set(tenant_id.to_owned()),
             customer_id: Set(ids[who]),
-            placed_at: Set(now_ms - (rng.next() % TWO_YEARS_MS) as i64),
+            placed_at: Set(now_ms - rng.below(TWO_YEARS_MS) as i64),
             country: Set(rng.pick(&COUNTRIES).to_owned()),
             status: Set(status.to_owned()),
             total_cents: Set(total),

@@ -134,3 +134,20 @@ on_both_backends!(a_viewer_may_not_export_and_a_missing_key_is_refused, |backend
     assert_eq!(app.scalar("SELECT COUNT(*) FROM exports").await, 0);
     app.stop().await;
 });
+
+on_both_backends!(the_demo_orders_spread_over_the_last_two_years, |backend| {
+    let app = TestApp::spawn(backend).await;
+    let now = jiff::Timestamp::now().as_millisecond();
+    let day = 24 * 3600 * 1000i64;
+    let oldest = app.scalar("SELECT MIN(placed_at) FROM orders").await;
+    let newest = app.scalar("SELECT MAX(placed_at) FROM orders").await;
+    assert!(now - oldest > 600 * day, "oldest order is only {} days old", (now - oldest) / day);
+    assert!(now - oldest <= 730 * day);
+    assert!(newest <= now);
+    let last_week = app.scalar(&format!("SELECT COUNT(*) FROM orders WHERE placed_at >= {}", now - 7 * day)).await;
+    let all = app.scalar("SELECT COUNT(*) FROM orders").await;
+    assert!(last_week * 20 < all, "{last_week} of {all} orders in the last week");
+    let awkward = app.scalar("SELECT COUNT(*) FROM orders WHERE total_cents < 0").await;
+    assert!(awkward > 0, "some refunds have negative totals");
+    app.stop().await;
+});
