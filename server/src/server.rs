@@ -69,6 +69,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/files/{id}", get(controllers::downloads::serve_link))
         .route("/healthz", get(controllers::health::healthz))
         .route("/readyz", get(controllers::health::readyz))
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }

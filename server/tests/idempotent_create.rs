@@ -219,6 +219,8 @@ on_both_backends!(framework_rejections_are_problems_too, |backend| {
     expect_problem(large, 413, "body-too-large").await;
     expect_problem(bob.get(app.url("/api/nothing-here")).send().await.unwrap(), 404, "not-found").await;
     expect_problem(bob.delete(&url).send().await.unwrap(), 405, "method-not-allowed").await;
+    expect_problem(bob.post(app.url("/healthz")).send().await.unwrap(), 405, "method-not-allowed").await;
+    expect_problem(bob.delete(app.url("/files/exp_1")).send().await.unwrap(), 405, "method-not-allowed").await;
     expect_problem(bob.get(app.url("/api/exports/exp_nope/download")).send().await.unwrap(), 404, "export-not-found").await;
     assert_eq!(export_count(&app).await, 0);
     app.stop().await;
