@@ -149,6 +149,8 @@ pub fn export(s: PageSignals) {
 enum SubmitError {
     Rejected(String),
     SignedOut,
+    /// Another drive or another user took over; the stored intent stays for its owner.
+    Superseded,
 }
 
 async fn drive(s: PageSignals, email: String, mut intent: Intent) {
@@ -157,7 +159,7 @@ async fn drive(s: PageSignals, email: String, mut intent: Intent) {
         Some(id) => id,
         None => {
             s.state.set(ExportState::Submitting);
-            match submit(&intent).await {
+            match submit(s, &email, &intent, me).await {
                 Ok(view) => {
                     intent.id = Some(view.id.clone());
                     let _ = LocalStorage::set(storage_key(&email), &intent);
@@ -170,6 +172,7 @@ async fn drive(s: PageSignals, email: String, mut intent: Intent) {
                     s.state.set(ExportState::Idle);
                     return;
                 }
+                Err(SubmitError::Superseded) => return,
                 Err(SubmitError::SignedOut) => {
                     s.state.set(ExportState::Idle);
                     s.session.set(SessionState::SignedOut);
@@ -181,10 +184,15 @@ async fn drive(s: PageSignals, email: String, mut intent: Intent) {
     poll(s, &email, &id, me).await;
 }
 
-/// Sends the intent until the server answers; network errors and 5xx are retried with the same key.
-async fn submit(intent: &Intent) -> Result<ExportView, SubmitError> {
+/// Sends the intent until the server answers; network errors and 5xx are retried with the same
+/// key. Stops when another drive took over or another user signed in, so one user's intent is
+/// never sent with another's session.
+async fn submit(s: PageSignals, email: &str, intent: &Intent, me: u32) -> Result<ExportView, SubmitError> {
     let mut delay = 500;
     loop {
+        if CURRENT_DRIVE.load(Ordering::SeqCst) != me || signed_in_email(s).as_deref() != Some(email) {
+            return Err(SubmitError::Superseded);
+        }
         let req = Request::post("/api/exports")
             .header("Idempotency-Key", &intent.key)
             .json(&intent.request)

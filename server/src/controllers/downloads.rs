@@ -65,7 +65,12 @@ pub async fn serve_link(
     }
     let key = m.artifact_key.clone().ok_or_else(|| AppError::Internal(format!("ready export {} has no artifact key", m.id)))?;
     let store = state.stores.for_deployment(&m.deployment)?;
-    let object = store.get(&object_store::path::Path::from(key)).await?;
+    let object = match store.get(&object_store::path::Path::from(key)).await {
+        Ok(object) => object,
+        // Gone from the store (retention ran, or someone removed it): expired, not an error.
+        Err(object_store::Error::NotFound { .. }) => return Err(AppError::ArtifactExpired),
+        Err(e) => return Err(e.into()),
+    };
     let stream = object.into_stream().map_err(std::io::Error::other);
     record_event(&state.db, &m.id, &m.tenant_id, &grant.actor_id, state.now_ms(), Some(ExportStatus::Ready), ExportStatus::Ready, m.generation, Some("downloaded".into())).await?;
 

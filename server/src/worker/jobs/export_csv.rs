@@ -68,23 +68,27 @@ enum Stop {
     Shutdown,
 }
 
+// The detail goes to the log beside the support reference; the stored message is fixed, so no
+// path, SQL or store error reaches a client.
 fn storage(e: impl std::fmt::Display) -> Stop {
+    tracing::warn!(error = %e, "object store failure");
     Stop::Failed(Failure {
         code: "storage_unavailable",
-        message: format!("the object store failed: {e}"),
+        message: "The file store is unavailable; the export will be retried.".into(),
         retryable: true,
         transient: true,
     })
 }
 
 fn internal(e: impl std::fmt::Display) -> Stop {
-    Stop::Failed(Failure { code: "internal", message: format!("internal error: {e}"), retryable: true, transient: true })
+    tracing::warn!(error = %e, "internal failure while exporting");
+    Stop::Failed(Failure { code: "internal", message: "An internal error stopped the export.".into(), retryable: true, transient: true })
 }
 
 fn revoked() -> Stop {
     Stop::Failed(Failure {
         code: "permission_revoked",
-        message: "the requesting user may no longer export this".into(),
+        message: "The requesting user may no longer export this.".into(),
         retryable: false,
         transient: false,
     })
@@ -112,7 +116,14 @@ pub async fn run(ctx: &WorkerContext, job: exports::Model) {
             tracing::info!(export = %job.id, generation = job.generation, "lease lost; stopping without publishing");
             Ok(())
         }
-        Err(Stop::Shutdown) => queue::hand_back(ctx, &job).await.map(|_| ()),
+        Err(Stop::Shutdown) => match queue::hand_back(ctx, &job).await {
+            // Not running under our generation any more: a cancel asked meanwhile ends it.
+            Ok(false) => {
+                let f = Failure { code: "cancelled", message: "cancelled".into(), retryable: false, transient: false };
+                queue::fail(ctx, &job, &f).await.map(|_| ())
+            }
+            other => other.map(|_| ()),
+        },
     };
     if let Err(e) = ended {
         tracing::warn!(export = %job.id, error = %e, "could not record the end of an attempt; the janitor will");
@@ -178,7 +189,7 @@ async fn produce(ctx: &WorkerContext, job: &exports::Model, store: &Store, hb: &
     let from = parse_ms(&resolved.from)?;
     let to = parse_ms(&resolved.to)?;
     let total = count_rows(&snapshot, job, &request, from, to).await?;
-    queue::progress(ctx, &job.id, job.generation, 0, total).await.map_err(internal)?;
+    record_progress(ctx, job, 0, total).await?;
 
     let staging = staging_key(&job.id, job.generation);
     let mut upload = BufWriter::new(store.clone(), staging.clone());
@@ -211,7 +222,7 @@ async fn produce(ctx: &WorkerContext, job: &exports::Model, store: &Store, hb: &
         hasher.update(&chunk);
         bytes += chunk.len() as i64;
         upload.write_all(&chunk).await.map_err(storage)?;
-        queue::progress(ctx, &job.id, job.generation, rows, total).await.map_err(internal)?;
+        record_progress(ctx, job, rows, total).await?;
         if done {
             break;
         }
@@ -229,6 +240,10 @@ async fn produce(ctx: &WorkerContext, job: &exports::Model, store: &Store, hb: &
     let sha256 = hex::encode(hasher.finalize());
     let key = artifact_key(&job.tenant_id, &job.id, &sha256);
     checkpoint(ctx, hb)?;
+    // Checked before the copy too, so a revoked export leaves nothing under exports/.
+    if !authorised(ctx, job, &resolved).await? {
+        return Err(revoked());
+    }
     match store.copy_if_not_exists(&staging, &key).await {
         Ok(()) | Err(object_store::Error::AlreadyExists { .. }) => {}
         Err(e) => return Err(storage(e)),
@@ -248,6 +263,17 @@ async fn produce(ctx: &WorkerContext, job: &exports::Model, store: &Store, hb: &
 /// A CSV writer with RFC 4180 line ends that appends to `buf`.
 fn csv_writer(buf: Vec<u8>) -> csv::Writer<Vec<u8>> {
     csv::WriterBuilder::new().terminator(csv::Terminator::CRLF).from_writer(buf)
+}
+
+/// Records progress; a zero-row answer means the job is no longer ours to write (lost or cancelled).
+async fn record_progress(ctx: &WorkerContext, job: &exports::Model, rows: i64, total: i64) -> Result<(), Stop> {
+    if queue::progress(ctx, &job.id, job.generation, rows, total).await.map_err(internal)? {
+        return Ok(());
+    }
+    match queue::heartbeat(ctx, &job.id, job.generation).await.map_err(internal)? {
+        Heartbeat::CancelRequested => Err(Stop::Cancelled),
+        _ => Err(Stop::Lost),
+    }
 }
 
 fn parse_ms(rfc3339: &str) -> Result<i64, Stop> {
@@ -275,6 +301,17 @@ fn row_id(report: &str) -> &'static str {
     }
 }
 
+/// An amount in minor units: a whole number of cents as written (1.10 → 110, despite binary
+/// floating point), otherwise rounded with `round` (ceil for a lower bound, floor for an upper).
+fn to_cents(amount: f64, round: fn(f64) -> f64) -> i64 {
+    let cents = amount * 100.0;
+    if (cents - cents.round()).abs() < 1e-6 {
+        cents.round() as i64
+    } else {
+        round(cents) as i64
+    }
+}
+
 fn strings(value: &serde_json::Value) -> Vec<String> {
     value.as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default()
 }
@@ -295,11 +332,11 @@ fn push_where(q: &mut Sql, job: &exports::Model, request: &ExportRequest, from: 
                 q.push(&format!(" AND {prefix}.country IN ")).bind_list(&strings(value));
             }
             "min_total" => {
-                let cents = (value.as_f64().unwrap_or(0.0) * 100.0).ceil() as i64;
+                let cents = to_cents(value.as_f64().unwrap_or(0.0), f64::ceil);
                 q.push(" AND o.total_cents >= ").bind(cents);
             }
             "max_total" => {
-                let cents = (value.as_f64().unwrap_or(0.0) * 100.0).floor() as i64;
+                let cents = to_cents(value.as_f64().unwrap_or(0.0), f64::floor);
                 q.push(" AND o.total_cents <= ").bind(cents);
             }
             _ => {}
@@ -347,4 +384,18 @@ fn cell(row: &QueryResult, report: &str, column: &str) -> Result<String, Stop> {
         Source::Money => money(row.try_get::<i64>("", column).map_err(internal)?),
         Source::Text => defuse(&row.try_get::<String>("", column).map_err(internal)?).into_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_cents;
+
+    #[test]
+    fn amounts_with_whole_cents_convert_exactly_despite_binary_floats() {
+        assert_eq!(to_cents(1.10, f64::ceil), 110);
+        assert_eq!(to_cents(1.13, f64::floor), 113);
+        assert_eq!(to_cents(-12.5, f64::ceil), -1250);
+        assert_eq!(to_cents(1.105, f64::ceil), 111);
+        assert_eq!(to_cents(1.105, f64::floor), 110);
+    }
 }
