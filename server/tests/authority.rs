@@ -92,6 +92,20 @@ on_both_backends!(wrong_passwords_back_off_per_address_and_email_without_locking
     app.stop().await;
 });
 
+on_both_backends!(a_burst_of_parallel_wrong_passwords_gets_no_more_attempts_than_a_sequence, |backend| {
+    let app = TestApp::spawn(backend).await;
+    let client = app.anonymous();
+    let requests = (0..20)
+        .map(|_| client.post(app.url("/api/session")).json(&json!({"email": "bob@acme.test", "password": "wrong"})))
+        .collect();
+    let answers = support::send_together(requests).await;
+    let refused = answers.iter().filter(|(s, _)| *s == 401).count();
+    let limited = answers.iter().filter(|(s, _)| *s == 429).count();
+    assert_eq!(refused + limited, 20, "{answers:?}");
+    assert_eq!(refused, 5, "only the free attempts reach the password check: {answers:?}");
+    app.stop().await;
+});
+
 on_both_backends!(a_viewer_sees_their_exports_but_a_revoked_analyst_cannot_download, |backend| {
     let app = TestApp::with_worker(backend).await;
     let bob = app.login("bob@acme.test").await;

@@ -5,7 +5,10 @@ use super::tokens::hash_secret;
 use crate::entities::login_throttle;
 use crate::error::AppError;
 use sea_orm::sea_query::{Expr, OnConflict};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter, QuerySelect, Set, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait,
+};
 
 /// Failures allowed before backoff starts.
 pub const FREE_FAILURES: i32 = 5;
@@ -25,19 +28,11 @@ pub fn backoff_ms(failures: i32) -> i64 {
     (1000i64 << exp).min(MAX_BACKOFF_MS)
 }
 
-/// Refuses the attempt with 429 while the pair is waiting.
-pub async fn check<C: ConnectionTrait>(db: &C, ip: &str, email: &str, now_ms: i64) -> Result<(), AppError> {
-    if let Some(row) = login_throttle::Entity::find_by_id(key(ip, email)).one(db).await? {
-        if row.blocked_until > now_ms {
-            let secs = ((row.blocked_until - now_ms) as u64).div_ceil(1000);
-            return Err(AppError::RateLimited { retry_after_secs: secs.max(1) });
-        }
-    }
-    Ok(())
-}
-
-/// Counts a failure and sets the next allowed time.
-pub async fn failed<C: ConnectionTrait>(db: &C, ip: &str, email: &str, now_ms: i64) -> Result<(), AppError> {
+/// Reserves one login attempt for the pair, counted as a failure until it succeeds; refuses it
+/// with 429 while the pair is waiting. The reservation is one serialised read-modify-write
+/// (a row lock on PostgreSQL, an IMMEDIATE transaction on SQLite), so a burst of parallel
+/// guesses gets no more attempts than a sequence would.
+pub async fn reserve(db: &DatabaseConnection, ip: &str, email: &str, now_ms: i64) -> Result<(), AppError> {
     let id = key(ip, email);
     login_throttle::Entity::insert(login_throttle::ActiveModel {
         id: Set(id.clone()),
@@ -48,22 +43,32 @@ pub async fn failed<C: ConnectionTrait>(db: &C, ip: &str, email: &str, now_ms: i
     .on_conflict(OnConflict::column(login_throttle::Column::Id).do_nothing().to_owned())
     .exec_without_returning(db)
     .await?;
+    let txn = db
+        .begin_with_options(TransactionOptions { sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate), ..Default::default() })
+        .await?;
+    let mut find = login_throttle::Entity::find_by_id(id.clone());
+    if db.get_database_backend() == DbBackend::Postgres {
+        find = find.lock_exclusive();
+    }
+    let Some(row) = find.one(&txn).await? else {
+        txn.rollback().await?;
+        return Err(AppError::Internal("login throttle row vanished".into()));
+    };
+    if row.blocked_until > now_ms {
+        txn.rollback().await?;
+        let secs = ((row.blocked_until - now_ms) as u64).div_ceil(1000);
+        return Err(AppError::RateLimited { retry_after_secs: secs.max(1) });
+    }
+    let failures = row.failures.saturating_add(1);
+    let wait = backoff_ms(failures);
     login_throttle::Entity::update_many()
-        .col_expr(login_throttle::Column::Failures, sea_orm::ExprTrait::add(Expr::col(login_throttle::Column::Failures), 1))
+        .col_expr(login_throttle::Column::Failures, Expr::value(failures))
+        .col_expr(login_throttle::Column::BlockedUntil, Expr::value(if wait > 0 { now_ms + wait } else { 0 }))
         .col_expr(login_throttle::Column::UpdatedAt, Expr::value(now_ms))
         .filter(login_throttle::Column::Id.eq(&id))
-        .exec(db)
+        .exec(&txn)
         .await?;
-    if let Some(row) = login_throttle::Entity::find_by_id(id.clone()).one(db).await? {
-        let wait = backoff_ms(row.failures);
-        if wait > 0 {
-            login_throttle::Entity::update_many()
-                .col_expr(login_throttle::Column::BlockedUntil, Expr::value(now_ms + wait))
-                .filter(login_throttle::Column::Id.eq(&id))
-                .exec(db)
-                .await?;
-        }
-    }
+    txn.commit().await?;
     Ok(())
 }
 

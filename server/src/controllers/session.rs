@@ -38,7 +38,7 @@ pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): R
         .map(|ConnectInfo(addr)| addr.ip().to_string())
         .unwrap_or_default();
     let now = state.now_ms();
-    auth::throttle::check(&state.db, &ip, &email, now).await?;
+    auth::throttle::reserve(&state.db, &ip, &email, now).await?;
     let user = users::Entity::find().filter(users::Column::Email.eq(&email)).one(&state.db).await?;
     let password = login.password;
     let stored = user.as_ref().map(|u| u.password_hash.clone());
@@ -47,10 +47,8 @@ pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): R
         .map_err(|e| AppError::Internal(format!("password check: {e}")))?;
     let user = match user {
         Some(u) if verified && u.active => u,
-        _ => {
-            auth::throttle::failed(&state.db, &ip, &email, now).await?;
-            return Err(AppError::InvalidCredentials);
-        }
+        // The attempt was counted as a failure when it was reserved.
+        _ => return Err(AppError::InvalidCredentials),
     };
     auth::throttle::succeeded(&state.db, &ip, &email).await?;
     let secret = auth::create_session(&state.db, &user.id, state.now_ms()).await?;
