@@ -311,6 +311,26 @@ pub struct Problem {
     /// The reference of an internal error in the server's log (`internal`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub support_ref: Option<String>,
+    /// The export a 409 `export-already-finished` is about, as it is now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<Box<ExportView>>,
+}
+
+impl Problem {
+    /// A problem with `code`, `status` and `title`, and no extensions.
+    pub fn new(code: &str, status: u16, title: &str) -> Problem {
+        Problem {
+            problem_type: format!("https://exportd.dev/problems/{code}"),
+            code: code.to_owned(),
+            title: title.to_owned(),
+            status,
+            detail: None,
+            errors: None,
+            operation_ref: None,
+            support_ref: None,
+            export: None,
+        }
+    }
 }
 
 /// One field that failed validation.
@@ -321,6 +341,13 @@ pub struct ProblemField {
     pub pointer: String,
     /// What is wrong with it.
     pub detail: String,
+}
+
+impl ProblemField {
+    /// A field error at `pointer`.
+    pub fn new(pointer: impl Into<String>, detail: impl Into<String>) -> ProblemField {
+        ProblemField { pointer: pointer.into(), detail: detail.into() }
+    }
 }
 
 /// What the page shows for an export: the stored states plus the browser's own `Submitting`

@@ -3,23 +3,9 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
-/// One field that failed validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    /// JSON pointer into the request, e.g. `/time_range/from`.
-    pub pointer: String,
-    /// What is wrong with it.
-    pub detail: String,
-}
-
-impl FieldError {
-    /// A field error at `pointer`.
-    pub fn new(pointer: impl Into<String>, detail: impl Into<String>) -> FieldError {
-        FieldError { pointer: pointer.into(), detail: detail.into() }
-    }
-}
+/// One field that failed validation: the shared type the browser reads too.
+pub use app::ProblemField as FieldError;
 
 /// Every error an API call can answer with.
 #[derive(Debug, thiserror::Error)]
@@ -125,37 +111,27 @@ pub fn new_support_ref() -> String {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (code, status, title) = self.parts();
-        let mut body = json!({
-            "type": format!("https://exportd.dev/problems/{code}"),
-            "code": code,
-            "title": title,
-            "status": status.as_u16(),
-        });
+        let mut problem = app::Problem::new(code, status.as_u16(), title);
         let mut retry_after = None;
-        match &self {
+        match self {
             AppError::ExportNotPermitted(detail) | AppError::IdempotencyKeyInvalid(detail) | AppError::MalformedJson(detail) => {
-                body["detail"] = json!(detail);
+                problem.detail = Some(detail);
             }
-            AppError::InvalidRequest(errors) => {
-                body["errors"] = errors.iter().map(|e| json!({"pointer": e.pointer, "detail": e.detail})).collect();
-            }
-            AppError::IdempotencyKeyReused { operation_ref } => {
-                body["operation_ref"] = json!(operation_ref);
-            }
-            AppError::ExportAlreadyFinished(view) => {
-                body["export"] = serde_json::to_value(view).unwrap_or_default();
-            }
+            AppError::InvalidRequest(errors) => problem.errors = Some(errors),
+            AppError::IdempotencyKeyReused { operation_ref } => problem.operation_ref = Some(operation_ref),
+            AppError::ExportAlreadyFinished(view) => problem.export = Some(view),
             AppError::TooManyExports { retry_after_secs } | AppError::RateLimited { retry_after_secs } => {
-                retry_after = Some(*retry_after_secs);
+                retry_after = Some(retry_after_secs);
             }
             AppError::Internal(cause) => {
                 let support_ref = new_support_ref();
                 tracing::error!(support_ref = %support_ref, cause = %cause, "internal error");
-                body["support_ref"] = json!(support_ref);
+                problem.support_ref = Some(support_ref);
             }
             _ => {}
         }
-        let mut resp = (status, body.to_string()).into_response();
+        let body = serde_json::to_string(&problem).unwrap_or_default();
+        let mut resp = (status, body).into_response();
         resp.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if let Some(secs) = retry_after {

@@ -4,7 +4,7 @@ use super::body::RawBody;
 use crate::auth::Actor;
 use crate::error::AppError;
 use crate::error::FieldError;
-use crate::exports::service::{self, CancelOutcome, CreateOutcome};
+use crate::exports::service::{self, CancelOutcome, CreateOutcome, ExportList};
 use crate::server::AppState;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -61,15 +61,6 @@ pub struct ListParams {
     pub cursor: Option<String>,
 }
 
-/// A page of `GET /api/exports`.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct ExportList {
-    /// The exports, newest first.
-    pub items: Vec<app::ExportView>,
-    /// Where the next page starts; null on the last page.
-    pub next_cursor: Option<String>,
-}
-
 /// `GET /api/exports`: the actor's exports, newest first.
 #[utoipa::path(get, path = "/api/exports", tag = "exports",
     params(("limit" = Option<u32>, Query, description = "1-100, default 20"), ("cursor" = Option<String>, Query, description = "next_cursor of the previous page")),
@@ -80,8 +71,7 @@ pub async fn list(
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<ExportList>, AppError> {
     let Query(params) = params.map_err(|_| AppError::InvalidRequest(vec![FieldError::new("", "unreadable query string")]))?;
-    let page = service::list_exports(&state, &actor, params.limit.as_deref(), params.cursor.as_deref()).await?;
-    Ok(Json(ExportList { items: page.items, next_cursor: page.next_cursor }))
+    Ok(Json(service::list_exports(&state, &actor, params.limit.as_deref(), params.cursor.as_deref()).await?))
 }
 
 /// `POST /api/exports/{id}/cancel`: 200 cancelled, 202 cancel_requested, 409 when finished.

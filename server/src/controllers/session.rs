@@ -7,11 +7,11 @@ use crate::error::AppError;
 use crate::server::AppState;
 use app::{LoginRequest, SessionView};
 use axum::extract::{ConnectInfo, State};
-use std::net::SocketAddr;
 use axum::http::{header, request::Parts, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use std::net::SocketAddr;
 
 fn behind_tls(parts: &Parts) -> bool {
     parts.headers.get("x-forwarded-proto").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
@@ -51,7 +51,7 @@ pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): R
         _ => return Err(AppError::InvalidCredentials),
     };
     auth::throttle::succeeded(&state.db, &ip, &email).await?;
-    let secret = auth::create_session(&state.db, &user.id, state.now_ms()).await?;
+    let secret = auth::create_session(&state.db, &user.id, now).await?;
     with_cookie(StatusCode::NO_CONTENT, auth::session_cookie(&secret, behind_tls(&parts)))
 }
 

@@ -255,10 +255,15 @@ fn mint_download(state: &AppState, actor: &Actor, m: &exports::Model) -> Result<
     Ok(Some(DownloadView { url, expires_at: rfc3339(expires * 1000) }))
 }
 
+/// The view of an export as `actor` sees it: with a fresh link when they may download it.
+fn view_for(state: &AppState, actor: &Actor, m: &exports::Model) -> Result<ExportView, AppError> {
+    to_view(m, mint_download(state, actor, m)?)
+}
+
 /// The actor's view of one of their exports.
 pub async fn get_export(state: &AppState, actor: &Actor, id: &str) -> Result<ExportView, AppError> {
     let m = find_own(&state.db, actor, id).await?;
-    to_view(&m, mint_download(state, actor, &m)?)
+    view_for(state, actor, &m)
 }
 
 /// A fresh link for a download of the actor's export, in SPEC §2's order: lookup → state → authority.
@@ -315,8 +320,7 @@ pub async fn cancel_export(state: &AppState, actor: &Actor, id: &str) -> Result<
             record_event(&state.db, &m.id, &m.tenant_id, &actor.user_id, now, Some(ExportStatus::Running), ExportStatus::CancelRequested, m.generation, Some("cancel".into())).await?;
         }
     }
-    let current = find_own(&state.db, actor, id).await?;
-    let view = to_view(&current, mint_download(state, actor, &current)?)?;
+    let view = get_export(state, actor, id).await?;
     match view.status {
         ExportStatus::Cancelled => Ok(CancelOutcome::Cancelled(view)),
         ExportStatus::CancelRequested => Ok(CancelOutcome::Requested(view)),
@@ -326,12 +330,12 @@ pub async fn cancel_export(state: &AppState, actor: &Actor, id: &str) -> Result<
     }
 }
 
-/// One page of the actor's exports, newest first.
-#[derive(Debug)]
-pub struct ExportPage {
-    /// The exports of this page.
+/// A page of `GET /api/exports`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ExportList {
+    /// The exports, newest first.
     pub items: Vec<ExportView>,
-    /// Where the next page starts, if there is one.
+    /// Where the next page starts; null on the last page.
     pub next_cursor: Option<String>,
 }
 
@@ -355,7 +359,7 @@ pub const LIST_DEFAULT: u64 = 20;
 pub const LIST_MAX: u64 = 100;
 
 /// The actor's exports, newest first, `limit` per page (1–100), after `cursor`.
-pub async fn list_exports(state: &AppState, actor: &Actor, limit: Option<&str>, cursor: Option<&str>) -> Result<ExportPage, AppError> {
+pub async fn list_exports(state: &AppState, actor: &Actor, limit: Option<&str>, cursor: Option<&str>) -> Result<ExportList, AppError> {
     let limit = match limit {
         None => LIST_DEFAULT,
         Some(s) => s.parse::<u64>().ok().filter(|n| (1..=LIST_MAX).contains(n)).ok_or_else(|| {
@@ -386,9 +390,6 @@ pub async fn list_exports(state: &AppState, actor: &Actor, limit: Option<&str>, 
     } else {
         None
     };
-    let items = rows
-        .iter()
-        .map(|m| to_view(m, mint_download(state, actor, m)?))
-        .collect::<Result<Vec<_>, AppError>>()?;
-    Ok(ExportPage { items, next_cursor })
+    let items = rows.iter().map(|m| view_for(state, actor, m)).collect::<Result<Vec<_>, AppError>>()?;
+    Ok(ExportList { items, next_cursor })
 }
