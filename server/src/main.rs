@@ -20,6 +20,7 @@ async fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EXPORTD_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
+    let _faults = exportd::worker::faults::from_environment();
     let cli = Cli::parse();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,

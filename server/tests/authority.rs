@@ -186,3 +186,15 @@ on_both_backends!(the_list_pages_newest_first_with_a_cursor, |backend| {
     expect_problem(bob.get(app.url("/api/exports?limit=101")).send().await.unwrap(), 422, "invalid-request").await;
     app.stop().await;
 });
+
+on_both_backends!(the_database_refuses_an_order_that_points_at_another_tenants_customer, |backend| {
+    let app = TestApp::spawn(backend).await;
+    let globex_customer = app.scalar("SELECT MIN(id) FROM customers WHERE tenant_id = 'ten_globex'").await;
+    let insert = format!(
+        "INSERT INTO orders (tenant_id, customer_id, placed_at, country, status, total_cents, currency, notes) \
+         VALUES ('ten_acme', {globex_customer}, 0, 'SA', 'paid', 100, 'SAR', 'cross-tenant')"
+    );
+    use sea_orm::ConnectionTrait;
+    assert!(app.db.execute_unprepared(&insert).await.is_err(), "an acme order of a globex customer must not exist");
+    app.stop().await;
+});

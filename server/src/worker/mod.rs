@@ -2,6 +2,7 @@
 //! generation fencing, and hands them back on shutdown. Runs inside `serve` and as `exportd worker`.
 
 pub mod csv_cells;
+pub mod faults;
 pub mod jobs;
 pub mod queue;
 
@@ -30,6 +31,8 @@ pub struct WorkerContext {
     pub worker_id: String,
     /// Cancelled on SIGTERM: stop claiming, hand back running jobs.
     pub shutdown: CancellationToken,
+    /// Fault points (tests only).
+    pub faults: faults::Faults,
 }
 
 impl WorkerContext {
@@ -42,6 +45,7 @@ impl WorkerContext {
             stores,
             worker_id: format!("worker:{}", uuid::Uuid::new_v4().simple()),
             shutdown,
+            faults: faults::Faults::default(),
         }
     }
 }

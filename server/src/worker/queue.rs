@@ -233,6 +233,7 @@ pub async fn fail(ctx: &WorkerContext, job: &exports::Model, failure: &Failure) 
         return Ok(ExportStatus::Cancelled);
     }
 
+    let _ = ctx.faults.check("before_end_attempt", &job.id);
     let mut q = Sql::new(backend);
     if retry {
         q.push("UPDATE exports SET status = 'retry_wait', next_attempt_at = ")

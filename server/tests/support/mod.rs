@@ -2,6 +2,8 @@
 //! or a new PostgreSQL database made through `TEST_DATABASE_URL`) and a local object store.
 #![allow(dead_code)]
 
+pub mod procs;
+
 use exportd::clock::{Clock, SharedClock, SystemClock};
 use exportd::config::{Config, WorkerConfig};
 use exportd::server::{app_router, AppState};
@@ -116,6 +118,8 @@ pub struct TestApp {
     server: tokio::task::JoinHandle<()>,
     worker: Option<tokio::task::JoinHandle<()>>,
     _pg: Option<PgDrop>,
+    /// Prefixes the names of this app's worker fault points (see `exportd::worker::faults`).
+    pub fault_scope: String,
 }
 
 impl TestApp {
@@ -170,7 +174,8 @@ impl TestApp {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, router.into_make_service_with_connect_info::<std::net::SocketAddr>()).with_graceful_shutdown(async move { token.cancelled().await }).await;
         });
-        let mut app = TestApp { addr, db, dir, config, shutdown, backend, database_url, server, worker: None, _pg: pg };
+        let fault_scope = format!("{}/", uuid::Uuid::new_v4().simple());
+        let mut app = TestApp { addr, db, dir, config, shutdown, backend, database_url, server, worker: None, _pg: pg, fault_scope };
         if worker {
             app.start_worker(WorkerConfig { deployments: vec![], concurrency: 2 });
         }
@@ -180,8 +185,51 @@ impl TestApp {
     /// Starts an in-process worker with its own shutdown signal (the app's).
     pub fn start_worker(&mut self, worker: WorkerConfig) {
         let stores = Arc::new(exportd::storage::Stores::new(self.config.clone()));
-        let ctx = WorkerContext::new(self.db.clone(), self.config.clone(), worker, stores, self.shutdown.clone());
+        let mut ctx = WorkerContext::new(self.db.clone(), self.config.clone(), worker, stores, self.shutdown.clone());
+        ctx.faults = exportd::worker::faults::Faults::scoped(&self.fault_scope);
         self.worker = Some(tokio::spawn(worker::run(ctx)));
+    }
+
+    /// The full name of one of this app's worker fault points.
+    pub fn fault(&self, point: &str) -> String {
+        format!("{}{point}", self.fault_scope)
+    }
+
+    /// Runs the `exportd` binary against this app's database and store; returns its exit code.
+    pub async fn cli(&self, args: &[&str]) -> i32 {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_exportd"))
+            .args(args)
+            .env("DATABASE_URL", &self.database_url)
+            .env("EXPORTD_STORE", &self.config.store_url)
+            .env("EXPORTD_LOG", "warn")
+            .output()
+            .await
+            .expect("run exportd");
+        out.status.code().unwrap_or(-1)
+    }
+
+    /// Makes the object store fail every call, as an unreachable store does: its folder is moved
+    /// away and a plain file takes its place.
+    pub fn store_down(&self) {
+        let root = self.dir.path().join("objects");
+        let aside = self.dir.path().join("objects.down");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::rename(&root, &aside).unwrap();
+        std::fs::write(&root, b"the store is down").unwrap();
+    }
+
+    /// Brings the store back, with everything it held.
+    pub fn store_up(&self) {
+        let root = self.dir.path().join("objects");
+        std::fs::remove_file(&root).unwrap();
+        std::fs::rename(self.dir.path().join("objects.down"), &root).unwrap();
+    }
+
+    /// The id of the only export in the database that matches `condition` (SQL).
+    pub async fn export_id_where(&self, condition: &str) -> Option<String> {
+        let backend = self.db.get_database_backend();
+        let row = self.db.query_one_raw(Statement::from_string(backend, format!("SELECT id FROM exports WHERE {condition}"))).await.unwrap()?;
+        Some(row.try_get_by_index::<String>(0).unwrap())
     }
 
     pub fn database_url(&self) -> &str {
@@ -282,6 +330,57 @@ impl TestApp {
             let _ = w.await;
         }
         let _ = self.server.await;
+    }
+}
+
+/// A fault point that holds every worker reaching it until the test opens it.
+#[cfg(feature = "failpoints")]
+pub struct Gate {
+    name: String,
+    hits: tokio::sync::mpsc::UnboundedReceiver<()>,
+    open: Arc<(Mutex<bool>, std::sync::Condvar)>,
+}
+
+#[cfg(feature = "failpoints")]
+impl Gate {
+    /// Closes the fault point `name` (a full name, see [`TestApp::fault`]).
+    pub fn close(name: &str) -> Gate {
+        let (tx, hits) = tokio::sync::mpsc::unbounded_channel();
+        let open = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let held = open.clone();
+        fail::cfg_callback(name, move || {
+            let _ = tx.send(());
+            let (lock, cv) = &*held;
+            let mut is_open = lock.lock().unwrap();
+            while !*is_open {
+                is_open = cv.wait(is_open).unwrap();
+            }
+        })
+        .unwrap();
+        Gate { name: name.to_owned(), hits, open }
+    }
+
+    /// Waits until a worker is held at the gate.
+    pub async fn reached(&mut self) {
+        tokio::time::timeout(Duration::from_secs(60), self.hits.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no worker reached {} within 60 s", self.name))
+            .expect("gate callback gone");
+    }
+
+    /// Lets the held worker (and every later one) through.
+    pub fn open(&self) {
+        let (lock, cv) = &*self.open;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    }
+}
+
+#[cfg(feature = "failpoints")]
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+        fail::remove(&self.name);
     }
 }
 

@@ -223,6 +223,9 @@ async fn produce(ctx: &WorkerContext, job: &exports::Model, store: &Store, hb: &
         bytes += chunk.len() as i64;
         upload.write_all(&chunk).await.map_err(storage)?;
         record_progress(ctx, job, rows, total).await?;
+        if rows == page.len() as i64 {
+            ctx.faults.check("mid_stream", &job.id).map_err(|_| storage("injected"))?;
+        }
         if done {
             break;
         }
@@ -237,6 +240,7 @@ async fn produce(ctx: &WorkerContext, job: &exports::Model, store: &Store, hb: &
     if staged.size as i64 != bytes {
         return Err(storage(format!("staged {} bytes, wrote {bytes}", staged.size)));
     }
+    ctx.faults.check("after_staging", &job.id).map_err(|_| storage("injected"))?;
     let sha256 = hex::encode(hasher.finalize());
     let key = artifact_key(&job.tenant_id, &job.id, &sha256);
     checkpoint(ctx, hb)?;
@@ -252,6 +256,7 @@ async fn produce(ctx: &WorkerContext, job: &exports::Model, store: &Store, hb: &
         return Err(revoked());
     }
     let artifact = Artifact { key: key.to_string(), sha256, bytes, rows };
+    ctx.faults.check("before_release", &job.id).map_err(|_| storage("injected"))?;
     if queue::release(ctx, job, &artifact).await.map_err(internal)? {
         Ok(())
     } else {

@@ -1,0 +1,199 @@
+//! The worker under faults injected at its step boundaries, in-process, on SQLite and
+//! PostgreSQL: failures racing cancels, revocation just before release, a staged object that
+//! changed under the worker, progress writes, and the cases of SPEC §8 that need a paused worker.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::time::Duration;
+use support::procs::{everything, sha256};
+use support::{Gate, Options, TestApp};
+
+async fn app_with_worker(backend: support::Backend, orders: u32) -> TestApp {
+    TestApp::start(Options { worker: true, orders, ..Options::new(backend) }).await
+}
+
+async fn download(app: &TestApp, client: &reqwest::Client, id: &str) -> (u16, bytes::Bytes) {
+    let resp = client.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap();
+    if resp.status() != 303 {
+        return (resp.status().as_u16(), resp.bytes().await.unwrap());
+    }
+    let link = resp.headers()["location"].to_str().unwrap().to_owned();
+    let file = client.get(app.url(&link)).send().await.unwrap();
+    (file.status().as_u16(), file.bytes().await.unwrap())
+}
+
+async fn create_id(app: &TestApp, client: &reqwest::Client, key: &str, body: &Value) -> String {
+    let resp = app.create(client, key, body).await;
+    assert_eq!(resp.status(), 202);
+    let view: Value = resp.json().await.unwrap();
+    view["id"].as_str().unwrap().to_owned()
+}
+
+on_both_backends!(a_cancel_that_lands_while_a_failed_attempt_is_being_recorded_still_ends_cancelled, |backend| {
+    let app = app_with_worker(backend, 200).await;
+    fail::cfg(app.fault("mid_stream"), "return").unwrap();
+    let mut gate = Gate::close(&app.fault("before_end_attempt"));
+    let bob = app.login("bob@acme.test").await;
+    let id = create_id(&app, &bob, "fails-then-cancelled", &everything("orders")).await;
+    gate.reached().await;
+    let resp = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(resp.status(), 202, "the attempt is still running: cancel is requested");
+    gate.open();
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert!(done["artifact"].is_null());
+    fail::remove(app.fault("mid_stream"));
+    app.stop().await;
+});
+
+on_both_backends!(a_revocation_just_before_the_release_ends_the_export_failed_and_unpublished, |backend| {
+    let app = app_with_worker(backend, 200).await;
+    let mut gate = Gate::close(&app.fault("before_release"));
+    let bob = app.login("bob@acme.test").await;
+    let id = create_id(&app, &bob, "revoked-before-release", &everything("orders")).await;
+    gate.reached().await;
+    assert_eq!(app.cli(&["user", "set-role", "bob@acme.test", "viewer"]).await, 0);
+    gate.open();
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "permission_revoked");
+    assert!(done["artifact"].is_null() && done["download"].is_null());
+    let (status, _) = download(&app, &bob, &id).await;
+    assert_eq!(status, 409, "a failed export has nothing to download");
+    app.stop().await;
+});
+
+on_both_backends!(a_staged_object_that_changed_after_it_was_written_is_never_published, |backend| {
+    let app = app_with_worker(backend, 300).await;
+    let staging = app.dir.path().join("objects/staging");
+    let corrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let once = corrupted.clone();
+    fail::cfg_callback(app.fault("after_staging"), move || {
+        if once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        // Same size, one byte different: only a digest check can tell.
+        let mut stack = vec![staging.clone()];
+        while let Some(p) = stack.pop() {
+            for e in std::fs::read_dir(&p).unwrap().flatten() {
+                if e.path().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    let mut bytes = std::fs::read(e.path()).unwrap();
+                    let last = bytes.len() - 3;
+                    bytes[last] = if bytes[last] == b'x' { b'y' } else { b'x' };
+                    std::fs::write(e.path(), bytes).unwrap();
+                }
+            }
+        }
+    })
+    .unwrap();
+    let bob = app.login("bob@acme.test").await;
+    let id = create_id(&app, &bob, "corrupted-staging", &everything("orders")).await;
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(30)).await;
+    fail::remove(app.fault("after_staging"));
+    assert!(corrupted.load(std::sync::atomic::Ordering::SeqCst), "the staged object was corrupted");
+    assert_eq!(done["status"], "ready", "{done}");
+    assert_eq!(done["attempt"], 2, "the corrupted attempt was retried: {done}");
+    let (status, bytes) = download(&app, &bob, &id).await;
+    assert_eq!(status, 200);
+    assert_eq!(sha256(&bytes), done["artifact"]["sha256"].as_str().unwrap(), "the published bytes are the ones hashed");
+    app.stop().await;
+});
+
+/// Counts, with a trigger, every UPDATE of an export's row.
+async fn count_updates(app: &TestApp) {
+    match app.backend {
+        support::Backend::Postgres => {
+            app.exec("CREATE TABLE update_log (export_id TEXT NOT NULL)").await;
+            app.exec("CREATE FUNCTION log_update() RETURNS trigger AS $$ BEGIN INSERT INTO update_log VALUES (NEW.id); RETURN NEW; END $$ LANGUAGE plpgsql").await;
+            app.exec("CREATE TRIGGER exports_updates AFTER UPDATE ON exports FOR EACH ROW EXECUTE FUNCTION log_update()").await;
+        }
+        support::Backend::Sqlite => {
+            app.exec("CREATE TABLE update_log (export_id TEXT NOT NULL)").await;
+            app.exec("CREATE TRIGGER exports_updates AFTER UPDATE ON exports BEGIN INSERT INTO update_log VALUES (NEW.id); END").await;
+        }
+    }
+}
+
+on_both_backends!(progress_is_written_about_once_a_second_not_once_per_page, |backend| {
+    let app = app_with_worker(backend, 30_000).await;
+    count_updates(&app).await;
+    let alice = app.login("alice@acme.test").await;
+    let id = create_id(&app, &alice, "progress", &everything("orders")).await;
+    let done = app.wait_terminal(&alice, &id, Duration::from_secs(120)).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    assert!(done["artifact"]["rows"].as_i64().unwrap() > 20_000);
+    let updates = app.scalar(&format!("SELECT COUNT(*) FROM update_log WHERE export_id = '{id}'")).await;
+    let claimed = app.scalar(&format!("SELECT MIN(at) FROM export_events WHERE export_id = '{id}' AND to_status = 'running'")).await;
+    let released = app.scalar(&format!("SELECT MAX(at) FROM export_events WHERE export_id = '{id}' AND to_status = 'ready'")).await;
+    let seconds = ((released - claimed) as f64 / 1000.0).ceil() as i64;
+    // Claim, rows counted, the fence before publishing and the release, plus about one write a second.
+    assert!(updates <= 6 + 2 * seconds, "{updates} updates of the export's row in {seconds} s");
+    app.stop().await;
+});
+
+on_both_backends!(the_role_revoked_through_the_cli_during_generation_fails_the_export_and_publishes_nothing, |backend| {
+    let app = app_with_worker(backend, 300).await;
+    let alice = app.login("alice@acme.test").await;
+    // An earlier export that is ready, and that alice may no longer download once revoked.
+    let earlier = create_id(&app, &alice, "earlier", &everything("orders")).await;
+    assert_eq!(app.wait_terminal(&alice, &earlier, Duration::from_secs(30)).await["status"], "ready");
+    let exported_before = app.objects("exports");
+
+    let mut gate = Gate::close(&app.fault("mid_stream"));
+    let id = create_id(&app, &alice, "revoked-mid-stream", &everything("orders")).await;
+    gate.reached().await;
+    // alice's export has PII columns; an analyst may not read them.
+    assert_eq!(app.cli(&["user", "set-role", "alice@acme.test", "analyst"]).await, 0);
+    gate.open();
+    let done = app.wait_terminal(&alice, &id, Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "permission_revoked");
+    assert_eq!(done["error"]["retryable"], false);
+    assert_eq!(app.objects("exports"), exported_before, "nothing of the revoked export was published");
+    let (status, _) = download(&app, &alice, &id).await;
+    assert_eq!(status, 409, "a failed export has nothing to download");
+    let resp = alice.get(app.url(&format!("/api/exports/{earlier}/download"))).send().await.unwrap();
+    support::expect_problem(resp, 403, "permission-revoked").await;
+    app.stop().await;
+});
+
+on_both_backends!(rows_changed_while_exporting_leave_the_file_equal_to_the_snapshot, |backend| {
+    let app = app_with_worker(backend, 6_000).await;
+    let alice = app.login("alice@acme.test").await;
+    let body = everything("orders");
+    let before: Vec<(i64, String)> = {
+        use sea_orm::{ConnectionTrait, Statement};
+        let rows = app
+            .db
+            .query_all_raw(Statement::from_string(app.db.get_database_backend(), "SELECT id, notes FROM orders WHERE tenant_id = 'ten_acme' ORDER BY id".to_owned()))
+            .await
+            .unwrap();
+        rows.iter().map(|r| (r.try_get_by_index::<i64>(0).unwrap(), r.try_get_by_index::<String>(1).unwrap())).collect()
+    };
+    let mut gate = Gate::close(&app.fault("mid_stream"));
+    let id = create_id(&app, &alice, "snapshot", &body).await;
+    gate.reached().await;
+    app.exec("UPDATE orders SET notes = 'changed during the export' WHERE tenant_id = 'ten_acme'").await;
+    app.exec("INSERT INTO orders (tenant_id, customer_id, placed_at, country, status, total_cents, currency, notes) SELECT tenant_id, customer_id, placed_at, country, status, total_cents, currency, 'inserted during the export' FROM orders WHERE tenant_id = 'ten_acme'").await;
+    gate.open();
+    let done = app.wait_terminal(&alice, &id, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    let (status, bytes) = download(&app, &alice, &id).await;
+    assert_eq!(status, 200);
+    let mut reader = csv::Reader::from_reader(&bytes[..]);
+    let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
+    let (id_col, notes_col) = (header.iter().position(|c| c == "order_id").unwrap(), header.iter().position(|c| c == "notes").unwrap());
+    let got: Vec<(i64, String)> = reader.records().map(|r| r.unwrap()).map(|r| (r[id_col].parse().unwrap(), r[notes_col].to_owned())).collect();
+    let defused: Vec<(i64, String)> = before
+        .iter()
+        .map(|(id, notes)| (*id, if notes.starts_with(['=', '+', '-', '@', '\t', '\r', '\n']) { format!("'{notes}") } else { notes.clone() }))
+        .collect();
+    assert_eq!(got.len(), before.len(), "no inserted row");
+    assert_eq!(got, defused, "every row as it was when the snapshot began");
+    assert_eq!(done["artifact"]["rows"], before.len());
+    let _ = json!(null);
+    app.stop().await;
+});
