@@ -7,6 +7,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261202_000001_init;
 mod m20261202_000002_login_throttle;
+mod m20261203_000003_fenced_worker;
 
 /// The ordered list of exportd's migrations.
 pub struct Migrator;
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261202_000001_init::Migration),
             Box::new(m20261202_000002_login_throttle::Migration),
+            Box::new(m20261203_000003_fenced_worker::Migration),
         ]
     }
 }

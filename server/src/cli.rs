@@ -31,9 +31,9 @@ pub struct WorkerArgs {
     /// Comma-separated deployments this process serves (default: all).
     #[arg(long, env = "EXPORTD_DEPLOYMENTS", value_delimiter = ',')]
     pub deployments: Vec<String>,
-    /// How many jobs run at once.
-    #[arg(long, env = "EXPORTD_CONCURRENCY", default_value_t = 2)]
-    pub concurrency: usize,
+    /// How many jobs run at once, 1–64 (each holds a database connection for its snapshot).
+    #[arg(long, env = "EXPORTD_CONCURRENCY", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub concurrency: u16,
 }
 
 /// The subcommands.

@@ -26,16 +26,30 @@ pub struct Config {
     pub max_attempts: i32,
     /// Unfinished exports per actor before 429.
     pub max_active_per_actor: u64,
+    /// The backoff after a first failed attempt; it doubles with each attempt
+    /// (`EXPORTD_RETRY_BASE_MS`, default 1000).
+    pub retry_base: Duration,
+    /// How often the janitor applies its rules (`EXPORTD_JANITOR_MS`, default 5000).
+    pub janitor_every: Duration,
+    /// How often the janitor also sweeps the object stores (`EXPORTD_SWEEP_MS`, default 60000).
+    pub sweep_every: Duration,
+    /// How much older than a lease an object under `exports/` that no finished job points at
+    /// must be before the janitor deletes it (`EXPORTD_ORPHAN_MARGIN_SECS`, default 60).
+    pub orphan_margin: Duration,
     /// Where the built page (`pkg/`) is served from.
     pub site_root: String,
 }
+
+/// The most jobs one worker process runs at once: each holds a database connection for its
+/// snapshot, beside the worker's few for heartbeats and transitions.
+pub const MAX_CONCURRENCY: usize = 64;
 
 /// What a worker serves.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Deployments served; empty = all.
     pub deployments: Vec<String>,
-    /// Jobs at once.
+    /// Jobs at once (1–64).
     pub concurrency: usize,
 }
 
@@ -70,6 +84,10 @@ impl Config {
             queue_ttl: Duration::from_secs(number("EXPORTD_QUEUE_TTL_SECS", 86_400)?),
             max_attempts: i32::try_from(number("EXPORTD_MAX_ATTEMPTS", 5)?).unwrap_or(i32::MAX),
             max_active_per_actor: number("EXPORTD_MAX_ACTIVE_PER_ACTOR", 10)?,
+            retry_base: Duration::from_millis(number("EXPORTD_RETRY_BASE_MS", 1000)?.max(1)),
+            janitor_every: Duration::from_millis(number("EXPORTD_JANITOR_MS", 5000)?.max(10)),
+            sweep_every: Duration::from_millis(number("EXPORTD_SWEEP_MS", 60_000)?),
+            orphan_margin: Duration::from_secs(number("EXPORTD_ORPHAN_MARGIN_SECS", 60)?),
             site_root: std::env::var("LEPTOS_SITE_ROOT").unwrap_or_else(|_| "target/site".to_owned()),
         })
     }
@@ -86,7 +104,7 @@ impl WorkerConfig {
     pub fn from_args(args: &WorkerArgs) -> WorkerConfig {
         WorkerConfig {
             deployments: args.deployments.iter().map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect(),
-            concurrency: args.concurrency.max(1),
+            concurrency: usize::from(args.concurrency).clamp(1, MAX_CONCURRENCY),
         }
     }
 

@@ -4,25 +4,45 @@ use migrations::{Migrator, MigratorTrait};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, Statement};
 use std::time::Duration;
 
-/// Opens the database (creating a SQLite file and its folder when missing) and applies migrations.
+/// Connections of an API process's pool.
+pub const API_POOL: u32 = 16;
+
+/// The key of the PostgreSQL advisory lock that serialises migrations between processes.
+const MIGRATION_LOCK: i64 = 0x6578_706f_7274_64; // "exportd"
+
+/// Opens the database (creating a SQLite file and its folder when missing) with the API's pool,
+/// and applies migrations, one process at a time.
 pub async fn connect_and_migrate(url: &str) -> Result<DatabaseConnection, DbErr> {
     let db = connect(url).await?;
-    Migrator::up(&db, None).await?;
+    migrate(&db, url).await?;
     Ok(db)
 }
 
-/// Opens the database without migrating.
+/// Opens the database with the API's pool, without migrating.
 pub async fn connect(url: &str) -> Result<DatabaseConnection, DbErr> {
+    connect_pool(url, API_POOL).await
+}
+
+/// The two pools of a worker running `concurrency` jobs: a small one for short statements
+/// (claims, heartbeats, transitions), and one connection per job for snapshot reads, so long
+/// reads never starve the heartbeats that keep leases alive.
+pub async fn worker_pools(url: &str, concurrency: usize) -> Result<(DatabaseConnection, DatabaseConnection), DbErr> {
+    let control = connect_pool(url, 4 + (concurrency as u32).div_ceil(4)).await?;
+    let snapshots = connect_pool(url, concurrency as u32).await?;
+    Ok((control, snapshots))
+}
+
+/// Opens a pool of at most `max` connections.
+pub async fn connect_pool(url: &str, max: u32) -> Result<DatabaseConnection, DbErr> {
     if let Some(path) = sqlite_path(url) {
         if let Some(parent) = std::path::Path::new(&path).parent() {
             if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| DbErr::Custom(format!("cannot create {}: {e}", parent.display())))?;
+                std::fs::create_dir_all(parent).map_err(|e| DbErr::Custom(format!("cannot create {}: {e}", parent.display())))?;
             }
         }
     }
     let mut opt = ConnectOptions::new(url.to_owned());
-    opt.max_connections(16)
+    opt.max_connections(max.max(1))
         .min_connections(1)
         .acquire_timeout(Duration::from_secs(30))
         .sqlx_logging(false)
@@ -34,6 +54,40 @@ pub async fn connect(url: &str) -> Result<DatabaseConnection, DbErr> {
                 .foreign_keys(true)
         });
     Database::connect(opt).await
+}
+
+/// Applies the migrations, holding a lock that makes processes starting together on one fresh
+/// database take turns: an advisory lock on PostgreSQL, a lock file beside a SQLite database.
+pub async fn migrate(db: &DatabaseConnection, url: &str) -> Result<(), DbErr> {
+    match db.get_database_backend() {
+        DbBackend::Postgres => {
+            // A session lock, so it is held on one connection of its own for the whole run.
+            let lock = connect_pool(url, 1).await?;
+            let sql = |f: &str| Statement::from_string(DbBackend::Postgres, format!("SELECT {f}({MIGRATION_LOCK})"));
+            lock.execute_raw(sql("pg_advisory_lock")).await?;
+            let result = Migrator::up(db, None).await;
+            lock.execute_raw(sql("pg_advisory_unlock")).await.ok();
+            lock.close().await.ok();
+            result
+        }
+        _ => match sqlite_path(url) {
+            Some(path) => {
+                let lock_path = format!("{path}.migrate-lock");
+                let file = tokio::task::spawn_blocking(move || {
+                    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)?;
+                    file.lock()?;
+                    Ok::<_, std::io::Error>(file)
+                })
+                .await
+                .map_err(|e| DbErr::Custom(format!("migration lock: {e}")))?
+                .map_err(|e| DbErr::Custom(format!("migration lock: {e}")))?;
+                let result = Migrator::up(db, None).await;
+                drop(file);
+                result
+            }
+            None => Migrator::up(db, None).await,
+        },
+    }
 }
 
 fn sqlite_path(url: &str) -> Option<String> {
@@ -55,17 +109,6 @@ pub fn now_ms_sql(backend: DbBackend) -> &'static str {
 pub async fn db_now_ms<C: ConnectionTrait>(db: &C) -> Result<i64, DbErr> {
     let backend = db.get_database_backend();
     let sql = format!("SELECT {} AS now_ms", now_ms_sql(backend));
-    let row = db
-        .query_one_raw(Statement::from_string(backend, sql))
-        .await?
-        .ok_or_else(|| DbErr::Custom("the clock query returned no row".into()))?;
+    let row = db.query_one_raw(Statement::from_string(backend, sql)).await?.ok_or_else(|| DbErr::Custom("the clock query returned no row".into()))?;
     row.try_get::<i64>("", "now_ms")
-}
-
-/// The `n`th bind placeholder (1-based) in the backend's syntax.
-pub fn placeholder(backend: DbBackend, n: usize) -> String {
-    match backend {
-        DbBackend::Postgres => format!("${n}"),
-        _ => "?".to_owned(),
-    }
 }

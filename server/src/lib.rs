@@ -13,6 +13,7 @@ pub mod db;
 pub mod entities;
 pub mod error;
 pub mod exports;
+pub mod job_store;
 pub mod links;
 pub mod seed;
 pub mod server;

@@ -8,6 +8,7 @@ use exportd::config::{Config, WorkerConfig};
 use exportd::entities::users;
 use exportd::server::{app_router, AppState};
 use exportd::worker::{self, WorkerContext};
+use exportd::job_store::wakeup::Wakeup;
 use exportd::{auth, db, seed};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use std::process::ExitCode;
@@ -35,32 +36,35 @@ fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }
 
-/// Cancels the token on SIGTERM or Ctrl-C.
-fn shutdown_on_signal(token: CancellationToken) {
+/// A token cancelled on SIGTERM or Ctrl-C. The handlers are installed before this returns, so
+/// a signal that arrives while the process is still starting is not lost.
+fn shutdown_on_signal() -> Result<CancellationToken, String> {
+    let token = CancellationToken::new();
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let cancel = token.clone();
     tokio::spawn(async move {
-        let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
+        let term = term.recv();
         #[cfg(not(unix))]
-        let term = std::future::pending::<()>();
+        let term = std::future::pending::<Option<()>>();
         tokio::select! {
-            _ = ctrl_c => {}
+            _ = tokio::signal::ctrl_c() => {}
             _ = term => {}
         }
-        tracing::info!("shutting down: no new claims; running jobs are handed back");
-        token.cancel();
+        tracing::info!(target: "exportd::lifecycle", "shutting down: no new claims; running jobs finish or are handed back");
+        cancel.cancel();
     });
+    Ok(token)
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
     let config = Arc::new(Config::from_args(&cli.global).map_err(|e| e.to_string())?);
+    // Long-running commands stop gracefully on SIGTERM, even one that arrives during start-up.
+    let shutdown = match cli.command {
+        Command::Serve { .. } | Command::Worker { .. } => shutdown_on_signal()?,
+        _ => CancellationToken::new(),
+    };
     let connect = || async { db::connect_and_migrate(&config.database_url).await.map_err(|e| format!("database: {e}")) };
     match cli.command {
         Command::Migrate => {
@@ -98,12 +102,12 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Worker { worker } => {
-            let db = connect().await?;
-            let shutdown = CancellationToken::new();
-            shutdown_on_signal(shutdown.clone());
+            connect().await?.close().await.ok();
             let stores = Arc::new(exportd::storage::Stores::new(config.clone()));
-            let ctx = WorkerContext::new(db, config.clone(), WorkerConfig::from_args(&worker), stores, shutdown);
-            tracing::info!(worker = %ctx.worker_id, "worker started");
+            let ctx = WorkerContext::connect(config.clone(), WorkerConfig::from_args(&worker), stores, shutdown, Wakeup::default())
+                .await
+                .map_err(|e| format!("database: {e}"))?;
+            tracing::info!(target: "exportd::lifecycle", worker = %ctx.worker_id, "worker started");
             worker::run(ctx).await;
             Ok(())
         }
@@ -111,15 +115,17 @@ async fn run(cli: Cli) -> Result<(), String> {
             let db = connect().await?;
             let clock: SharedClock = Arc::new(SystemClock);
             let state = AppState::new(db.clone(), config.clone(), clock).await.map_err(|e| format!("database: {e}"))?;
-            let shutdown = CancellationToken::new();
-            shutdown_on_signal(shutdown.clone());
-            let worker_task = (!no_worker).then(|| {
-                let ctx = WorkerContext::new(db, config.clone(), WorkerConfig::from_args(&worker), state.stores.clone(), shutdown.clone());
-                tokio::spawn(worker::run(ctx))
-            });
+            let worker_task = if no_worker {
+                None
+            } else {
+                let ctx = WorkerContext::connect(config.clone(), WorkerConfig::from_args(&worker), state.stores.clone(), shutdown.clone(), state.wakeup.clone())
+                    .await
+                    .map_err(|e| format!("database: {e}"))?;
+                Some(tokio::spawn(worker::run(ctx)))
+            };
             let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| format!("cannot listen on {bind}: {e}"))?;
             let local = listener.local_addr().map_err(|e| e.to_string())?;
-            tracing::info!("exportd listening on http://{local}");
+            tracing::info!(target: "exportd::lifecycle", "exportd listening on http://{local}");
             let token = shutdown.clone();
             axum::serve(listener, app_router(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
                 .with_graceful_shutdown(async move { token.cancelled().await })

@@ -62,6 +62,7 @@ pub async fn seed_demo(db: &DatabaseConnection, orders_per_tenant: u32, now_ms: 
                 name: Set(name.to_owned()),
                 deployment: Set(deployment.to_owned()),
                 created_at: Set(now_ms),
+                last_claimed_at: Set(0),
             }
             .insert(db)
             .await?;

@@ -4,6 +4,7 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::controllers;
 use crate::error::AppError;
+use crate::job_store::wakeup::Wakeup;
 use crate::links::LinkSigner;
 use crate::storage::Stores;
 use axum::extract::DefaultBodyLimit;
@@ -30,13 +31,15 @@ pub struct AppState {
     pub stores: Arc<Stores>,
     /// Link signing keys.
     pub links: Arc<LinkSigner>,
+    /// Wakes this process's worker when a job is queued.
+    pub wakeup: Wakeup,
 }
 
 impl AppState {
     /// Builds the state, loading the link-signing keys.
     pub async fn new(db: DatabaseConnection, config: Arc<Config>, clock: SharedClock) -> Result<AppState, sea_orm::DbErr> {
         let links = LinkSigner::load(&db, config.signing_key.as_deref()).await?;
-        Ok(AppState { stores: Arc::new(Stores::new(config.clone())), db, config, clock, links: Arc::new(links) })
+        Ok(AppState { stores: Arc::new(Stores::new(config.clone())), db, config, clock, links: Arc::new(links), wakeup: Wakeup::default() })
     }
 
     /// Now, in epoch milliseconds, from the injectable clock.

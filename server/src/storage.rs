@@ -1,45 +1,157 @@
-//! Object stores: a local folder (embedded default) or S3; one per deployment when configured
+//! Object stores: a local folder (the embedded default) or S3; one per deployment when configured
 //! (`EXPORTD_STORE_<DEPLOYMENT>`), so a report never leaves its deployment.
+//!
+//! [`ExportStore`] is the seam the worker, the janitor and the downloads use: staging uploads,
+//! the digest of a staged object, publish-once into an immutable key, deletes that treat "not
+//! there" as done, listings for the janitor, and reads for downloads.
 
 use crate::config::Config;
 use crate::error::AppError;
-use object_store::aws::AmazonS3Builder;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use object_store::aws::{AmazonS3Builder, S3CopyIfNotExists};
+use object_store::buffered::BufWriter;
 use object_store::local::LocalFileSystem;
+use object_store::path::Path;
 use object_store::prefix::PrefixStore;
-use object_store::ObjectStore;
+use object_store::{ObjectMeta, ObjectStore};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// A shared object store handle.
-pub type Store = Arc<dyn ObjectStore>;
+/// The size of each part of a staging upload (S3's smallest part is 5 MiB).
+pub const PART_BYTES: usize = 5 * 1024 * 1024;
 
-/// Opens a store from its URL: `file://folder` or `s3://bucket[/prefix]` (with the `AWS_*` variables).
-pub fn open_store(url: &str) -> Result<Store, String> {
-    if let Some(path) = url.strip_prefix("file://") {
-        let path = if path.is_empty() { "." } else { path };
-        std::fs::create_dir_all(path).map_err(|e| format!("cannot create {path}: {e}"))?;
-        let store = LocalFileSystem::new_with_prefix(path).map_err(|e| format!("cannot open {path}: {e}"))?;
-        return Ok(Arc::new(store));
-    }
-    if let Some(rest) = url.strip_prefix("s3://") {
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        let s3 = AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .build()
-            .map_err(|e| format!("cannot open s3://{bucket}: {e}"))?;
-        let prefix = prefix.trim_matches('/');
-        if prefix.is_empty() {
-            return Ok(Arc::new(s3));
+/// Parts of one upload in flight at once; with [`PART_BYTES`] this bounds an upload's memory.
+pub const PARTS_IN_FLIGHT: usize = 2;
+
+/// What publishing found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// This call created the object.
+    Created,
+    /// The object was there already (an earlier attempt, or a racing worker, published it):
+    /// under a content-addressed key that is the same file, and success.
+    AlreadyThere,
+}
+
+/// One deployment's object store.
+#[derive(Debug, Clone)]
+pub struct ExportStore {
+    objects: Arc<dyn ObjectStore>,
+    /// The folder of a local store, for the cleanup only a local store needs.
+    local_root: Option<std::path::PathBuf>,
+}
+
+impl ExportStore {
+    /// Opens a store from its URL: `file://folder` or `s3://bucket[/prefix]` (with the `AWS_*`
+    /// variables; an S3-compatible server through `AWS_ENDPOINT` and `AWS_ALLOW_HTTP`).
+    pub fn open(url: &str) -> Result<ExportStore, String> {
+        if let Some(path) = url.strip_prefix("file://") {
+            let path = if path.is_empty() { "." } else { path };
+            std::fs::create_dir_all(path).map_err(|e| format!("cannot create {path}: {e}"))?;
+            let root = std::fs::canonicalize(path).map_err(|e| format!("cannot open {path}: {e}"))?;
+            let store = LocalFileSystem::new_with_prefix(&root).map_err(|e| format!("cannot open {path}: {e}"))?;
+            return Ok(ExportStore { objects: Arc::new(store), local_root: Some(root) });
         }
-        return Ok(Arc::new(PrefixStore::new(s3, prefix.to_owned())));
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            // Publishing copies a staged object only if the final key is absent; on S3 that is a
+            // conditional multipart copy (`If-None-Match: *` on completion).
+            let s3 = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_copy_if_not_exists(S3CopyIfNotExists::Multipart)
+                .build()
+                .map_err(|e| format!("cannot open s3://{bucket}: {e}"))?;
+            let prefix = prefix.trim_matches('/');
+            let objects: Arc<dyn ObjectStore> = if prefix.is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix.to_owned())) };
+            return Ok(ExportStore { objects, local_root: None });
+        }
+        Err(format!("unsupported store URL {url:?}: use file://… or s3://…"))
     }
-    Err(format!("unsupported store URL {url:?}: use file://… or s3://…"))
+
+    /// The underlying object store.
+    pub fn objects(&self) -> &Arc<dyn ObjectStore> {
+        &self.objects
+    }
+
+    /// A writer that uploads to `key` in parts as it fills; `shutdown` completes the upload,
+    /// `abort` discards it.
+    pub fn stage(&self, key: &Path) -> BufWriter {
+        BufWriter::with_capacity(self.objects.clone(), key.clone(), PART_BYTES).with_max_concurrency(PARTS_IN_FLIGHT)
+    }
+
+    /// Reads an object through and returns its size and hex SHA-256.
+    pub async fn digest(&self, key: &Path) -> Result<(u64, String), object_store::Error> {
+        let mut stream = self.objects.get(key).await?.into_stream();
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            size += chunk.len() as u64;
+            hasher.update(&chunk);
+        }
+        Ok((size, hex::encode(hasher.finalize())))
+    }
+
+    /// Copies `staged` to `key` only if `key` does not exist yet.
+    pub async fn publish(&self, staged: &Path, key: &Path) -> Result<Published, object_store::Error> {
+        match self.objects.copy_if_not_exists(staged, key).await {
+            Ok(()) => Ok(Published::Created),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(Published::AlreadyThere),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes `key`; an object that is already gone counts as deleted.
+    pub async fn delete(&self, key: &Path) -> Result<(), object_store::Error> {
+        match self.objects.delete(key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every object under `prefix`.
+    pub fn list(&self, prefix: &str) -> BoxStream<'static, Result<ObjectMeta, object_store::Error>> {
+        self.objects.list(Some(&Path::from(prefix)))
+    }
+
+    /// Removes the partial files of uploads that a crashed process left in a local store's
+    /// `staging/` (the store's own listing does not show them), if older than `older_than`.
+    /// S3 keeps interrupted multipart uploads out of sight too: a bucket lifecycle rule
+    /// (`AbortIncompleteMultipartUpload`) removes those.
+    pub fn sweep_interrupted_uploads(&self, older_than: std::time::SystemTime) -> usize {
+        let Some(root) = &self.local_root else { return 0 };
+        let mut removed = 0;
+        let mut stack = vec![root.join("staging")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Ok(meta) = entry.metadata() else { continue };
+                if meta.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let partial = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.rsplit_once('#'))
+                    .is_some_and(|(_, suffix)| !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()));
+                let old = meta.modified().is_ok_and(|m| m < older_than);
+                if partial && old && std::fs::remove_file(&path).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
 }
 
 /// The stores of every deployment, opened on first use.
 pub struct Stores {
     config: Arc<Config>,
-    opened: Mutex<HashMap<String, Store>>,
+    opened: Mutex<HashMap<String, ExportStore>>,
 }
 
 impl Stores {
@@ -49,23 +161,57 @@ impl Stores {
     }
 
     /// The store of a deployment.
-    pub fn for_deployment(&self, deployment: &str) -> Result<Store, AppError> {
+    pub fn for_deployment(&self, deployment: &str) -> Result<ExportStore, AppError> {
         let mut opened = self.opened.lock().map_err(|_| AppError::Internal("store registry poisoned".into()))?;
         if let Some(store) = opened.get(deployment) {
             return Ok(store.clone());
         }
-        let store = open_store(&self.config.store_url_for(deployment)).map_err(AppError::Internal)?;
+        let store = ExportStore::open(&self.config.store_url_for(deployment)).map_err(AppError::Internal)?;
         opened.insert(deployment.to_owned(), store.clone());
         Ok(store)
     }
 }
 
 /// The staging key of one attempt.
-pub fn staging_key(export_id: &str, generation: i32) -> object_store::path::Path {
-    object_store::path::Path::from(format!("staging/{export_id}/{generation}"))
+pub fn staging_key(export_id: &str, generation: i32) -> Path {
+    Path::from(format!("staging/{export_id}/{generation}"))
+}
+
+/// The export id and generation of a staging key.
+pub fn parse_staging_key(key: &Path) -> Option<(String, i32)> {
+    let mut parts = key.parts();
+    if parts.next()?.as_ref() != "staging" {
+        return None;
+    }
+    let id = parts.next()?.as_ref().to_owned();
+    let generation = parts.next()?.as_ref().parse().ok()?;
+    parts.next().is_none().then_some((id, generation))
 }
 
 /// The immutable, content-addressed key of a published artifact.
-pub fn artifact_key(tenant_id: &str, export_id: &str, sha256: &str) -> object_store::path::Path {
-    object_store::path::Path::from(format!("exports/{tenant_id}/{export_id}/{sha256}.csv"))
+pub fn artifact_key(tenant_id: &str, export_id: &str, sha256: &str) -> Path {
+    Path::from(format!("exports/{tenant_id}/{export_id}/{sha256}.csv"))
+}
+
+/// The export id of a key under `exports/`.
+pub fn parse_artifact_key(key: &Path) -> Option<String> {
+    let parts: Vec<_> = key.parts().collect();
+    match parts.as_slice() {
+        [root, _tenant, id, file] if root.as_ref() == "exports" && file.as_ref().ends_with(".csv") => Some(id.as_ref().to_owned()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_read_back_as_what_they_name() {
+        assert_eq!(parse_staging_key(&staging_key("exp_1", 3)), Some(("exp_1".to_owned(), 3)));
+        assert_eq!(parse_staging_key(&Path::from("staging/exp_1")), None);
+        assert_eq!(parse_staging_key(&Path::from("staging/exp_1/x")), None);
+        assert_eq!(parse_artifact_key(&artifact_key("ten_a", "exp_1", "ab")), Some("exp_1".to_owned()));
+        assert_eq!(parse_artifact_key(&Path::from("exports/ten_a/exp_1")), None);
+    }
 }

@@ -97,9 +97,9 @@ async fn paused_past_the_lease(backend: Backend, point: &str) {
     assert!(String::from_utf8_lossy(&bytes).contains("changed after the first snapshot"));
     let view = api.view(&id).await;
     assert_eq!(view["artifact"]["sha256"], winner.as_str(), "the old worker changed nothing: {view}");
-    let released = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND to_status = 'ready'")).await;
+    let released = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND from_status = 'running' AND to_status = 'ready'")).await;
     assert_eq!(released, 1, "one release");
-    let generation = scalar(&db, &format!("SELECT generation FROM export_events WHERE export_id = '{id}' AND to_status = 'ready'")).await;
+    let generation = scalar(&db, &format!("SELECT CAST(generation AS BIGINT) FROM export_events WHERE export_id = '{id}' AND from_status = 'running' AND to_status = 'ready'")).await;
     assert_eq!(generation, 2);
     for mut w in others {
         w.signal("TERM");
@@ -111,8 +111,12 @@ on_both_backends!(a_worker_paused_past_its_lease_before_its_fence_cannot_publish
     paused_past_the_lease(backend, "after_staging").await;
 });
 
-on_both_backends!(a_worker_paused_between_its_fence_and_its_copy_publishes_a_file_the_janitor_removes, |backend| {
+on_both_backends!(a_worker_paused_between_its_fence_and_its_copy_cannot_publish_what_the_janitor_took, |backend| {
     paused_past_the_lease(backend, "before_publish").await;
+});
+
+on_both_backends!(a_worker_paused_after_publishing_past_its_lease_cannot_release_and_the_janitor_removes_its_file, |backend| {
+    paused_past_the_lease(backend, "after_publish").await;
 });
 
 on_both_backends!(twenty_jobs_at_once_keep_their_leases_while_each_holds_its_snapshot, |backend| {
@@ -234,6 +238,7 @@ on_both_backends!(a_crash_at_any_fault_point_recovers_to_exactly_one_correct_art
         let exit = crashing.wait_exit(LONG).await;
         assert!(!exit.success(), "{point}: the worker crashed ({exit:?})");
         let mut recovering = p.worker(&format!("after@{point}"), &[], &["--deployments", "ksa"]);
+        recovering.wait_line(&["worker started"], LONG).await;
         let done = api.wait_status(&id, &["ready", "failed"], LONG).await;
         assert_eq!(done["status"], "ready", "{point}: {done}");
         let sha = done["artifact"]["sha256"].as_str().unwrap().to_owned();

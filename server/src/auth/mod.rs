@@ -25,6 +25,9 @@ pub enum Role {
 }
 
 impl Role {
+    /// Every role.
+    pub const ALL: [Role; 3] = [Role::Admin, Role::Analyst, Role::Viewer];
+
     /// Parses a stored or typed role name.
     pub fn parse(name: &str) -> Option<Role> {
         match name {
@@ -52,5 +55,11 @@ impl Role {
     /// Whether the role may read PII columns.
     pub fn may_read_pii(self) -> bool {
         matches!(self, Role::Admin)
+    }
+
+    /// Whether the role may export a contract, given whether it includes PII columns: the role
+    /// part of SPEC §2's "authorised", for every check of it (create, worker, links).
+    pub fn may_export_contract(self, needs_pii: bool) -> bool {
+        self.may_export() && (!needs_pii || self.may_read_pii())
     }
 }

@@ -3,7 +3,8 @@
 use crate::auth::{load_active_actor, Actor, AuthVia};
 use crate::entities::exports;
 use crate::error::AppError;
-use crate::exports::service::{self, record_event, role_covers};
+use crate::exports::service::{self, role_covers};
+use crate::job_store::{audit, Mover};
 use crate::exports::view::{resolved_of, status_of};
 use crate::links::LinkQuery;
 use crate::server::AppState;
@@ -65,14 +66,14 @@ pub async fn serve_link(
     }
     let key = m.artifact_key.clone().ok_or_else(|| AppError::Internal(format!("ready export {} has no artifact key", m.id)))?;
     let store = state.stores.for_deployment(&m.deployment)?;
-    let object = match store.get(&object_store::path::Path::from(key)).await {
+    let object = match store.objects().get(&object_store::path::Path::from(key)).await {
         Ok(object) => object,
         // Gone from the store (retention ran, or someone removed it): expired, not an error.
         Err(object_store::Error::NotFound { .. }) => return Err(AppError::ArtifactExpired),
         Err(e) => return Err(e.into()),
     };
     let stream = object.into_stream().map_err(std::io::Error::other);
-    record_event(&state.db, &m.id, &m.tenant_id, &grant.actor_id, state.now_ms(), Some(ExportStatus::Ready), ExportStatus::Ready, m.generation, Some("downloaded".into())).await?;
+    audit::record_event(&state.db, &m, Mover::User(&grant.actor_id), state.now_ms(), "downloaded").await?;
 
     let digest = hex::decode(&grant.sha256).map_err(|e| AppError::Internal(e.to_string()))?;
     let filename = format!("{}-{}.csv", m.report, m.id);

@@ -21,6 +21,8 @@ pub struct Model {
     pub resolved: String,
     pub deployment: String,
     pub status: String,
+    /// The status a transition moved the row from (the audit row reads it back).
+    pub previous_status: Option<String>,
     pub generation: i32,
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<i64>,

@@ -12,6 +12,8 @@ pub struct Model {
     pub name: String,
     pub deployment: String,
     pub created_at: i64,
+    /// When a worker last claimed a job of this tenant (claims rotate between tenants).
+    pub last_claimed_at: i64,
 }
 
 /// No relations are navigated through the ORM; queries join explicitly.

@@ -1,14 +1,17 @@
-//! The report registry (SPEC §3.1): each report's columns with their types and PII flags, its
-//! filters and its time column. The worker's SQL and the validation both read from here.
+//! The report registry (SPEC §3.1): each report's columns with their types, PII flags and the
+//! SQL that reads them, its filters, its time column and its source tables. Validation,
+//! resolution and the worker's snapshot query all read from here, and nowhere else.
 
-/// How a column's cells are written.
+/// How a column's cells are read and written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnType {
     /// Free text; defused against formula injection.
     Text,
-    /// A number; written as is (a negative total stays `-12.50`).
-    Numeric,
-    /// An instant; written as RFC 3339 UTC.
+    /// A whole number, written as is.
+    Integer,
+    /// Money stored in minor units, written as a decimal (a negative total stays `-12.50`).
+    Money,
+    /// An instant stored as epoch milliseconds, written as RFC 3339 UTC.
     Timestamp,
 }
 
@@ -17,10 +20,12 @@ pub enum ColumnType {
 pub struct ColumnSpec {
     /// The column's name in requests and in the header row.
     pub name: &'static str,
-    /// How cells are written.
+    /// How cells are read and written.
     pub ty: ColumnType,
     /// Personal data: only roles that may read PII get it.
     pub pii: bool,
+    /// The SQL expression that reads it, over the report's [`ReportSpec::source`].
+    pub sql: &'static str,
 }
 
 /// What values a filter takes.
@@ -34,6 +39,17 @@ pub enum FilterKind {
     Amount,
 }
 
+/// How a filter's value selects rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterTest {
+    /// The column's value is one of the filter's.
+    In,
+    /// The column's value is at least the filter's (money, in minor units).
+    AtLeast,
+    /// The column's value is at most the filter's (money, in minor units).
+    AtMost,
+}
+
 /// One filter of a report.
 #[derive(Debug, Clone, Copy)]
 pub struct FilterSpec {
@@ -41,6 +57,24 @@ pub struct FilterSpec {
     pub name: &'static str,
     /// Its values.
     pub kind: FilterKind,
+    /// How it selects rows.
+    pub test: FilterTest,
+    /// The SQL expression it tests.
+    pub sql: &'static str,
+}
+
+/// The tables a report reads: one table, and the joins that complete each row.
+#[derive(Debug)]
+pub struct Source {
+    /// The main table and its alias.
+    pub table: (&'static str, &'static str),
+    /// Joined tables: (table, alias, condition). Every join names the tenant, so a row can
+    /// never be completed with another tenant's data.
+    pub joins: &'static [(&'static str, &'static str, &'static str)],
+    /// The main table's tenant column.
+    pub tenant_sql: &'static str,
+    /// The order of the file's rows: the main table's key.
+    pub order_sql: &'static str,
 }
 
 /// A report that can be exported.
@@ -54,13 +88,15 @@ pub struct ReportSpec {
     pub columns: &'static [ColumnSpec],
     /// The filters.
     pub filters: &'static [FilterSpec],
+    /// Where its rows come from.
+    pub source: Source,
 }
 
-const fn col(name: &'static str, ty: ColumnType, pii: bool) -> ColumnSpec {
-    ColumnSpec { name, ty, pii }
+const fn col(name: &'static str, ty: ColumnType, pii: bool, sql: &'static str) -> ColumnSpec {
+    ColumnSpec { name, ty, pii, sql }
 }
 
-use ColumnType::{Numeric, Text, Timestamp};
+use ColumnType::{Integer, Money, Text, Timestamp};
 
 /// The order statuses.
 pub const ORDER_STATUSES: &[&str] = &["paid", "pending", "refunded", "cancelled"];
@@ -70,24 +106,30 @@ pub static ORDERS: ReportSpec = ReportSpec {
     name: "orders",
     time_column: "placed_at",
     columns: &[
-        col("order_id", Numeric, false),
-        col("placed_at", Timestamp, false),
-        col("customer_id", Numeric, false),
-        col("customer_name", Text, false),
-        col("customer_email", Text, true),
-        col("customer_phone", Text, true),
-        col("country", Text, false),
-        col("status", Text, false),
-        col("total", Numeric, false),
-        col("currency", Text, false),
-        col("notes", Text, false),
+        col("order_id", Integer, false, "o.id"),
+        col("placed_at", Timestamp, false, "o.placed_at"),
+        col("customer_id", Integer, false, "o.customer_id"),
+        col("customer_name", Text, false, "c.name"),
+        col("customer_email", Text, true, "c.email"),
+        col("customer_phone", Text, true, "c.phone"),
+        col("country", Text, false, "o.country"),
+        col("status", Text, false, "o.status"),
+        col("total", Money, false, "o.total_cents"),
+        col("currency", Text, false, "o.currency"),
+        col("notes", Text, false, "o.notes"),
     ],
     filters: &[
-        FilterSpec { name: "status", kind: FilterKind::OneOf(ORDER_STATUSES) },
-        FilterSpec { name: "country", kind: FilterKind::Countries },
-        FilterSpec { name: "min_total", kind: FilterKind::Amount },
-        FilterSpec { name: "max_total", kind: FilterKind::Amount },
+        FilterSpec { name: "status", kind: FilterKind::OneOf(ORDER_STATUSES), test: FilterTest::In, sql: "o.status" },
+        FilterSpec { name: "country", kind: FilterKind::Countries, test: FilterTest::In, sql: "o.country" },
+        FilterSpec { name: "min_total", kind: FilterKind::Amount, test: FilterTest::AtLeast, sql: "o.total_cents" },
+        FilterSpec { name: "max_total", kind: FilterKind::Amount, test: FilterTest::AtMost, sql: "o.total_cents" },
     ],
+    source: Source {
+        table: ("orders", "o"),
+        joins: &[("customers", "c", "c.tenant_id = o.tenant_id AND c.id = o.customer_id")],
+        tenant_sql: "o.tenant_id",
+        order_sql: "o.id",
+    },
 };
 
 /// `customers`: one row per customer.
@@ -95,15 +137,16 @@ pub static CUSTOMERS: ReportSpec = ReportSpec {
     name: "customers",
     time_column: "created_at",
     columns: &[
-        col("customer_id", Numeric, false),
-        col("created_at", Timestamp, false),
-        col("name", Text, false),
-        col("email", Text, true),
-        col("phone", Text, true),
-        col("country", Text, false),
-        col("lifetime_total", Numeric, false),
+        col("customer_id", Integer, false, "c.id"),
+        col("created_at", Timestamp, false, "c.created_at"),
+        col("name", Text, false, "c.name"),
+        col("email", Text, true, "c.email"),
+        col("phone", Text, true, "c.phone"),
+        col("country", Text, false, "c.country"),
+        col("lifetime_total", Money, false, "c.lifetime_total_cents"),
     ],
-    filters: &[FilterSpec { name: "country", kind: FilterKind::Countries }],
+    filters: &[FilterSpec { name: "country", kind: FilterKind::Countries, test: FilterTest::In, sql: "c.country" }],
+    source: Source { table: ("customers", "c"), joins: &[], tenant_sql: "c.tenant_id", order_sql: "c.id" },
 };
 
 /// Every report.
@@ -124,6 +167,16 @@ impl ReportSpec {
     pub fn filter(&self, name: &str) -> Option<&'static FilterSpec> {
         self.filters.iter().find(|f| f.name == name)
     }
+
+    /// The SQL of the time column.
+    pub fn time_sql(&self) -> &'static str {
+        self.column(self.time_column).map_or("NULL", |c| c.sql)
+    }
+
+    /// Whether these columns include a PII column; `None` if one is not a column of the report.
+    pub fn needs_pii(&self, columns: &[String]) -> Option<bool> {
+        columns.iter().try_fold(false, |pii, name| self.column(name).map(|c| pii || c.pii))
+    }
 }
 
 /// ISO 3166-1 alpha-2 codes, officially assigned.
@@ -132,4 +185,35 @@ const ISO_COUNTRIES: &str = "AD AE AF AG AI AL AM AO AQ AR AS AT AU AW AX AZ BA 
 /// Whether `code` is an assigned ISO 3166-1 alpha-2 code.
 pub fn is_country(code: &str) -> bool {
     code.len() == 2 && ISO_COUNTRIES.split(' ').any(|c| c == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_report_reads_its_time_column_and_its_tenant_from_the_registry() {
+        for report in REPORTS {
+            let time = report.column(report.time_column).expect("the time column is a column");
+            assert_eq!(time.ty, ColumnType::Timestamp, "{}", report.name);
+            assert_eq!(report.time_sql(), time.sql);
+            let alias = report.source.table.1;
+            assert!(report.source.tenant_sql.starts_with(&format!("{alias}.")), "{}", report.name);
+            for (_, join_alias, on) in report.source.joins {
+                assert!(on.contains(&format!("{join_alias}.tenant_id = {alias}.tenant_id")), "{}: join {join_alias} names the tenant", report.name);
+            }
+            for c in report.columns {
+                let table = c.sql.split('.').next().unwrap();
+                assert!(table == alias || report.source.joins.iter().any(|j| j.1 == table), "{}.{} reads from its source", report.name, c.name);
+            }
+        }
+    }
+
+    #[test]
+    fn pii_is_known_only_for_the_reports_own_columns() {
+        let cols = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(ORDERS.needs_pii(&cols(&["order_id", "total"])), Some(false));
+        assert_eq!(ORDERS.needs_pii(&cols(&["order_id", "customer_email"])), Some(true));
+        assert_eq!(ORDERS.needs_pii(&cols(&["order_id", "email"])), None);
+    }
 }

@@ -9,15 +9,16 @@ use super::validate::{control_characters, validate};
 use super::view::{resolved_of, status_of, to_view};
 use crate::auth::{Actor, Role};
 use crate::clock::rfc3339;
-use crate::entities::{export_events, exports, users};
+use crate::entities::{exports, users};
+use crate::job_store::transitions::{self, Outcome};
+use crate::job_store::{audit, wakeup, Mover};
 use crate::error::AppError;
 use crate::server::AppState;
 use app::{DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
 use axum::http::HeaderMap;
-use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveValue::NotSet, IntoActiveModel, ColumnTrait, Condition, QueryOrder, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter,
-    QuerySelect, Set, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
 };
 use serde_json::Value;
 
@@ -36,14 +37,8 @@ pub enum CreateOutcome {
 /// Whether `role` may export every column of `resolved` (SPEC §2's "authorised", less activity,
 /// which the caller's lookup already established).
 pub fn role_covers(role: Role, report: &str, resolved: &ResolvedContract) -> bool {
-    if !role.may_export() {
-        return false;
-    }
-    if role.may_read_pii() {
-        return true;
-    }
-    let Some(spec) = find_report(report) else { return false };
-    resolved.columns.iter().all(|c| spec.column(c).is_some_and(|c| !c.pii))
+    let needs_pii = find_report(report).and_then(|spec| spec.needs_pii(&resolved.columns));
+    needs_pii.is_some_and(|pii| role.may_export_contract(pii))
 }
 
 /// Parses the body as JSON; malformed → 400 `malformed-json`.
@@ -120,13 +115,7 @@ async fn insert_new(
     resolved: &ResolvedContract,
 ) -> Result<CreateOutcome, AppError> {
     let backend = state.db.get_database_backend();
-    let txn = state
-        .db
-        .begin_with_options(TransactionOptions {
-            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-            ..Default::default()
-        })
-        .await?;
+    let txn = crate::job_store::begin_write(&state.db).await?;
     // Serialise creates per actor: on PostgreSQL by locking the actor's row; on SQLite the
     // IMMEDIATE transaction already holds the database's one write lock.
     if backend == DbBackend::Postgres {
@@ -160,6 +149,7 @@ async fn insert_new(
         resolved: resolved_json,
         deployment: resolved.deployment.clone(),
         status: ExportStatus::Queued.as_str().to_owned(),
+        previous_status: None,
         generation: 0,
         lease_owner: None,
         lease_expires_at: None,
@@ -190,10 +180,12 @@ async fn insert_new(
         .exec_without_returning(&txn)
         .await?;
     if inserted == 1 {
-        record_event(&txn, &id, &actor.tenant_id, &actor.user_id, now_ms, None, ExportStatus::Queued, 0, None).await?;
+        audit::record_created(&txn, &row, Mover::User(&actor.user_id)).await?;
+        wakeup::announce(&txn).await?;
     }
     txn.commit().await?;
     if inserted == 1 {
+        state.wakeup.wake();
         // The row as inserted: a worker may claim it at once, but the answer to this request
         // is the operation as it was accepted.
         return Ok(CreateOutcome::Created(to_view(&row, None)?));
@@ -202,35 +194,6 @@ async fn insert_new(
         .await?
         .ok_or_else(|| AppError::Internal("the operation vanished after a conflicting insert".into()))?;
     replay_or_conflict(&stored, Some(fp)).map(CreateOutcome::Replayed)
-}
-
-/// Appends to the audit trail.
-#[allow(clippy::too_many_arguments)]
-pub async fn record_event<C: ConnectionTrait>(
-    db: &C,
-    export_id: &str,
-    tenant_id: &str,
-    actor: &str,
-    at: i64,
-    from: Option<ExportStatus>,
-    to: ExportStatus,
-    generation: i32,
-    detail: Option<String>,
-) -> Result<(), AppError> {
-    export_events::Entity::insert(export_events::ActiveModel {
-        id: NotSet,
-        export_id: Set(export_id.to_owned()),
-        tenant_id: Set(tenant_id.to_owned()),
-        actor: Set(actor.to_owned()),
-        at: Set(at),
-        from_status: Set(from.map(|s| s.as_str().to_owned())),
-        to_status: Set(to.as_str().to_owned()),
-        generation: Set(generation),
-        detail: Set(detail),
-    })
-    .exec_without_returning(db)
-    .await?;
-    Ok(())
 }
 
 /// The actor's own export with this id; any other id (unknown, malformed, another actor's or
@@ -279,7 +242,7 @@ pub async fn download_link(state: &AppState, actor: &Actor, id: &str) -> Result<
         return Err(AppError::PermissionRevoked);
     }
     let link = mint_download(state, actor, &m)?.ok_or(AppError::ExportNotReady)?;
-    record_event(&state.db, &m.id, &m.tenant_id, &actor.user_id, state.now_ms(), Some(ExportStatus::Ready), ExportStatus::Ready, m.generation, Some("download link minted".into())).await?;
+    audit::record_event(&state.db, &m, Mover::User(&actor.user_id), state.now_ms(), "download link minted").await?;
     Ok(link.url)
 }
 
@@ -292,40 +255,22 @@ pub enum CancelOutcome {
     Requested(ExportView),
 }
 
-/// Cancels the actor's export: `queued`/`retry_wait` → `cancelled`, `running` → `cancel_requested`,
-/// each one conditional update; a finished export is 409 with its view.
+/// Cancels the actor's export: `queued`/`retry_wait` → `cancelled`, `running` →
+/// `cancel_requested`, in one conditional update; a finished export is 409 with its view.
 pub async fn cancel_export(state: &AppState, actor: &Actor, id: &str) -> Result<CancelOutcome, AppError> {
     let m = find_own(&state.db, actor, id).await?;
-    let now = state.now_ms();
-    let cancelled = exports::Entity::update_many()
-        .col_expr(exports::Column::Status, Expr::value(ExportStatus::Cancelled.as_str()))
-        .col_expr(exports::Column::FinishedAt, Expr::value(now))
-        .col_expr(exports::Column::UpdatedAt, Expr::value(now))
-        .col_expr(exports::Column::NextAttemptAt, Expr::value(Option::<i64>::None))
-        .filter(exports::Column::Id.eq(&m.id))
-        .filter(exports::Column::Status.is_in([ExportStatus::Queued.as_str(), ExportStatus::RetryWait.as_str()]))
-        .exec(&state.db)
-        .await?;
-    if cancelled.rows_affected == 1 {
-        record_event(&state.db, &m.id, &m.tenant_id, &actor.user_id, now, status_of(&m).ok(), ExportStatus::Cancelled, m.generation, Some("cancel".into())).await?;
-    } else {
-        let requested = exports::Entity::update_many()
-            .col_expr(exports::Column::Status, Expr::value(ExportStatus::CancelRequested.as_str()))
-            .col_expr(exports::Column::UpdatedAt, Expr::value(now))
-            .filter(exports::Column::Id.eq(&m.id))
-            .filter(exports::Column::Status.eq(ExportStatus::Running.as_str()))
-            .exec(&state.db)
-            .await?;
-        if requested.rows_affected == 1 {
-            record_event(&state.db, &m.id, &m.tenant_id, &actor.user_id, now, Some(ExportStatus::Running), ExportStatus::CancelRequested, m.generation, Some("cancel".into())).await?;
-        }
-    }
-    let view = get_export(state, actor, id).await?;
+    let row = match transitions::cancel(&state.db, &m.id, &actor.tenant_id, &actor.user_id).await? {
+        Outcome::Moved(row) => *row,
+        // Not in a cancellable state (any more): answer with how it is now.
+        Outcome::NotMoved(_) => find_own(&state.db, actor, id).await?,
+    };
+    let view = view_for(state, actor, &row)?;
     match view.status {
         ExportStatus::Cancelled => Ok(CancelOutcome::Cancelled(view)),
         ExportStatus::CancelRequested => Ok(CancelOutcome::Requested(view)),
         ExportStatus::Ready | ExportStatus::Failed => Err(AppError::ExportAlreadyFinished(Box::new(view))),
-        // Moved between the updates and the read (e.g. claimed just now): the running case again.
+        // Moved back into a cancellable state between the update and the read (a hand-back, a
+        // claim): cancel that state.
         ExportStatus::Queued | ExportStatus::Running | ExportStatus::RetryWait => Box::pin(cancel_export(state, actor, id)).await,
     }
 }

@@ -1,26 +1,36 @@
-//! The worker (SPEC §5): claims jobs with a conditional update, runs them under a lease with
-//! generation fencing, and hands them back on shutdown. Runs inside `serve` and as `exportd worker`.
+//! The worker (SPEC §5): claim loops that run jobs under a lease with generation fencing, the
+//! janitor, and the wake-ups that start a claim as soon as a job is queued. Runs inside `serve`
+//! and as `exportd worker`, in any number of processes on any number of machines.
 
 pub mod csv_cells;
 pub mod faults;
+pub mod janitor;
 pub mod jobs;
-pub mod queue;
+pub mod lease;
+pub mod snapshot;
 
 use crate::config::{Config, WorkerConfig};
+use crate::db;
+use crate::job_store::claims::{self, Claimant};
+use crate::job_store::transitions::RetryPolicy;
+use crate::job_store::wakeup::{self, Wakeup};
 use crate::storage::Stores;
-use sea_orm::DatabaseConnection;
+use sea_orm::{DatabaseConnection, DbBackend, DbErr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// How often an idle worker looks for work.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// How often an idle claim loop looks for work without being woken.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What a worker process needs.
 #[derive(Clone)]
 pub struct WorkerContext {
-    /// The database pool.
+    /// The pool of short statements: claims, heartbeats, transitions, authority checks. Kept
+    /// apart from the snapshots, so a worker busy with long reads still renews its leases.
     pub db: DatabaseConnection,
+    /// The pool of snapshot reads: one connection per job running.
+    pub snapshots: DatabaseConnection,
     /// The configuration.
     pub config: Arc<Config>,
     /// What this worker serves.
@@ -29,53 +39,79 @@ pub struct WorkerContext {
     pub stores: Arc<Stores>,
     /// This worker's name in leases and the audit trail.
     pub worker_id: String,
-    /// Cancelled on SIGTERM: stop claiming, hand back running jobs.
+    /// Cancelled on SIGTERM: stop claiming, finish or hand back running jobs.
     pub shutdown: CancellationToken,
     /// Fault points (tests only).
     pub faults: faults::Faults,
+    /// Wakes the claim loops when a job is queued in this process.
+    pub wakeup: Wakeup,
 }
 
 impl WorkerContext {
-    /// A context with a fresh worker id.
-    pub fn new(db: DatabaseConnection, config: Arc<Config>, worker: WorkerConfig, stores: Arc<Stores>, shutdown: CancellationToken) -> WorkerContext {
-        WorkerContext {
+    /// Opens the worker's own pools on the configured database.
+    pub async fn connect(config: Arc<Config>, worker: WorkerConfig, stores: Arc<Stores>, shutdown: CancellationToken, wakeup: Wakeup) -> Result<WorkerContext, DbErr> {
+        let (db, snapshots) = db::worker_pools(&config.database_url, worker.concurrency).await?;
+        Ok(WorkerContext {
             db,
+            snapshots,
             config,
             worker: Arc::new(worker),
             stores,
             worker_id: format!("worker:{}", uuid::Uuid::new_v4().simple()),
             shutdown,
             faults: faults::Faults::default(),
-        }
+            wakeup,
+        })
+    }
+
+    /// How failed attempts are retried.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy { max_attempts: self.config.max_attempts, base: self.config.retry_base }
+    }
+
+    /// This worker, as a claim names it.
+    pub fn claimant(&self) -> Claimant<'_> {
+        Claimant { worker_id: &self.worker_id, deployments: &self.worker.deployments, lease: self.config.lease }
     }
 }
 
-/// Runs `concurrency` claim loops until shutdown; returns when every loop has stopped.
+/// Runs the claim loops, the janitor and (on PostgreSQL) the LISTEN for new jobs until
+/// shutdown; returns when every running job has been finished or handed back.
 pub async fn run(ctx: WorkerContext) {
-    let mut loops = tokio::task::JoinSet::new();
-    for _ in 0..ctx.worker.concurrency {
-        loops.spawn(claim_loop(ctx.clone()));
+    let mut tasks = tokio::task::JoinSet::new();
+    if ctx.db.get_database_backend() == DbBackend::Postgres {
+        tasks.spawn(wakeup::listen(ctx.config.database_url.clone(), ctx.wakeup.clone(), ctx.shutdown.clone()));
     }
-    while loops.join_next().await.is_some() {}
+    tasks.spawn(janitor::run(ctx.clone()));
+    for _ in 0..ctx.worker.concurrency {
+        tasks.spawn(claim_loop(ctx.clone()));
+    }
+    while tasks.join_next().await.is_some() {}
+    ctx.db.close_by_ref().await.ok();
+    ctx.snapshots.close_by_ref().await.ok();
 }
 
 async fn claim_loop(ctx: WorkerContext) {
     while !ctx.shutdown.is_cancelled() {
-        match queue::claim(&ctx).await {
-            Ok(Some(job)) => jobs::export_csv::run(&ctx, job).await,
-            Ok(None) => {
-                tokio::select! {
-                    _ = tokio::time::sleep(POLL_INTERVAL) => {}
-                    _ = ctx.shutdown.cancelled() => {}
-                }
+        // Registered before looking, so a job queued between the look and the wait wakes us.
+        let woken = ctx.wakeup.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let wait = match claims::claim(&ctx.db, &ctx.claimant()).await {
+            Ok(Some(job)) => {
+                jobs::export_csv::run(&ctx, job).await;
+                continue;
             }
+            Ok(None) => POLL_INTERVAL,
             Err(e) => {
                 tracing::warn!(error = %e, "claim failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(POLL_INTERVAL * 4) => {}
-                    _ = ctx.shutdown.cancelled() => {}
-                }
+                POLL_INTERVAL * 2
             }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = &mut woken => {}
+            _ = ctx.shutdown.cancelled() => {}
         }
     }
 }

@@ -87,6 +87,10 @@ pub fn test_config(database_url: &str, dir: &std::path::Path) -> Config {
         queue_ttl: Duration::from_secs(86_400),
         max_attempts: 5,
         max_active_per_actor: 1000,
+        retry_base: Duration::from_millis(100),
+        janitor_every: Duration::from_millis(200),
+        sweep_every: Duration::from_millis(500),
+        orphan_margin: Duration::ZERO,
         site_root: "target/site".to_owned(),
     }
 }
@@ -120,6 +124,8 @@ pub struct TestApp {
     _pg: Option<PgDrop>,
     /// Prefixes the names of this app's worker fault points (see `exportd::worker::faults`).
     pub fault_scope: String,
+    /// The wake-up the app's creates send to its in-process worker.
+    pub wakeup: exportd::job_store::wakeup::Wakeup,
 }
 
 impl TestApp {
@@ -175,19 +181,26 @@ impl TestApp {
             let _ = axum::serve(listener, router.into_make_service_with_connect_info::<std::net::SocketAddr>()).with_graceful_shutdown(async move { token.cancelled().await }).await;
         });
         let fault_scope = format!("{}/", uuid::Uuid::new_v4().simple());
-        let mut app = TestApp { addr, db, dir, config, shutdown, backend, database_url, server, worker: None, _pg: pg, fault_scope };
+        let wakeup = state.wakeup.clone();
+        let mut app = TestApp { addr, db, dir, config, shutdown, backend, database_url, server, worker: None, _pg: pg, fault_scope, wakeup };
         if worker {
-            app.start_worker(WorkerConfig { deployments: vec![], concurrency: 2 });
+            app.start_worker(WorkerConfig { deployments: vec![], concurrency: 2 }).await;
         }
         app
     }
 
     /// Starts an in-process worker with its own shutdown signal (the app's).
-    pub fn start_worker(&mut self, worker: WorkerConfig) {
-        let stores = Arc::new(exportd::storage::Stores::new(self.config.clone()));
-        let mut ctx = WorkerContext::new(self.db.clone(), self.config.clone(), worker, stores, self.shutdown.clone());
-        ctx.faults = exportd::worker::faults::Faults::scoped(&self.fault_scope);
+    pub async fn start_worker(&mut self, worker: WorkerConfig) {
+        let ctx = self.worker_context(worker).await;
         self.worker = Some(tokio::spawn(worker::run(ctx)));
+    }
+
+    /// A worker's context on this app's database, store, wake-up and fault scope, not running.
+    pub async fn worker_context(&self, worker: WorkerConfig) -> WorkerContext {
+        let stores = Arc::new(exportd::storage::Stores::new(self.config.clone()));
+        let mut ctx = WorkerContext::connect(self.config.clone(), worker, stores, self.shutdown.clone(), self.wakeup.clone()).await.expect("worker pools");
+        ctx.faults = exportd::worker::faults::Faults::scoped(&self.fault_scope);
+        ctx
     }
 
     /// The full name of one of this app's worker fault points.

@@ -25,7 +25,7 @@ pub struct Prepared {
 
 /// The timings every test process runs with: short leases, quick retries and janitor sweeps.
 pub const TEST_ENV: [(&str, &str); 7] = [
-    ("EXPORTD_LOG", "warn,exportd::fault=info"),
+    ("EXPORTD_LOG", "warn,exportd::fault=info,exportd::lifecycle=info"),
     ("EXPORTD_LEASE_SECS", "2"),
     ("EXPORTD_RETRY_BASE_MS", "100"),
     ("EXPORTD_JANITOR_MS", "200"),

@@ -1,0 +1,126 @@
+//! Claims (SPEC §5.1): a worker takes the next claimable job of a deployment it serves —
+//! `queued`, or `retry_wait` whose `next_attempt_at` has passed — and moves it to `running`
+//! under a new generation and a lease from the database's clock.
+//!
+//! Claims rotate between tenants: each claim looks at the tenants with claimable jobs, least
+//! recently served first, and takes the oldest job of the first one it can lock; the tenant is
+//! then marked served. One tenant's thousand queued jobs wait their turn behind another's one.
+//! On PostgreSQL the job is locked with `FOR UPDATE SKIP LOCKED`, so workers on many machines
+//! never wait for each other's row; on SQLite the write transaction serialises claims.
+
+use super::{audit, begin_write, db_now, Mover};
+use crate::entities::{exports, tenants};
+use app::ExportStatus;
+use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
+use sea_orm::{ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter};
+use std::time::Duration;
+
+/// How many waiting tenants one claim considers.
+const TENANTS_PER_CLAIM: u64 = 8;
+
+/// Who is claiming.
+#[derive(Debug, Clone, Copy)]
+pub struct Claimant<'a> {
+    /// The worker's id (`worker:…`), stored as the lease owner.
+    pub worker_id: &'a str,
+    /// The deployments it serves; empty = all.
+    pub deployments: &'a [String],
+    /// How long the lease lasts without a heartbeat.
+    pub lease: Duration,
+}
+
+/// `status = 'queued' OR (status = 'retry_wait' AND next_attempt_at <= now)`, on the deployments served.
+fn claimable(backend: DbBackend, who: &Claimant<'_>) -> Condition {
+    let mut c = Condition::all().add(
+        Condition::any().add(exports::Column::Status.eq(ExportStatus::Queued.as_str())).add(
+            Condition::all()
+                .add(exports::Column::Status.eq(ExportStatus::RetryWait.as_str()))
+                .add(Expr::col((exports::Entity, exports::Column::NextAttemptAt)).lte(db_now(backend))),
+        ),
+    );
+    if !who.deployments.is_empty() {
+        c = c.add(exports::Column::Deployment.is_in(who.deployments.iter().cloned()));
+    }
+    c
+}
+
+/// Claims the next job for `who`, or `None` when nothing is claimable now.
+pub async fn claim(db: &DatabaseConnection, who: &Claimant<'_>) -> Result<Option<exports::Model>, DbErr> {
+    for tenant in waiting_tenants(db, who).await? {
+        if let Some(job) = claim_from(db, who, &tenant).await? {
+            return Ok(Some(job));
+        }
+    }
+    Ok(None)
+}
+
+/// The tenants with claimable jobs, least recently served first.
+async fn waiting_tenants(db: &DatabaseConnection, who: &Claimant<'_>) -> Result<Vec<String>, DbErr> {
+    let backend = db.get_database_backend();
+    let waiting = Query::select()
+        .expr(Expr::val(1))
+        .from(exports::Entity)
+        .and_where(Expr::col((exports::Entity, exports::Column::TenantId)).equals((tenants::Entity, tenants::Column::Id)))
+        .cond_where(claimable(backend, who))
+        .to_owned();
+    let query = Query::select()
+        .column((tenants::Entity, tenants::Column::Id))
+        .from(tenants::Entity)
+        .and_where(Expr::exists(waiting))
+        .order_by((tenants::Entity, tenants::Column::LastClaimedAt), Order::Asc)
+        .order_by((tenants::Entity, tenants::Column::Id), Order::Asc)
+        .limit(TENANTS_PER_CLAIM)
+        .to_owned();
+    let rows = db.query_all_raw(backend.build(&query)).await?;
+    rows.iter().map(|r| r.try_get_by_index::<String>(0)).collect()
+}
+
+/// Claims the oldest claimable job of `tenant`, if one is not locked by another claim.
+async fn claim_from(db: &DatabaseConnection, who: &Claimant<'_>, tenant: &str) -> Result<Option<exports::Model>, DbErr> {
+    let backend = db.get_database_backend();
+    let now = || db_now(backend);
+    let oldest = Query::select()
+        .column(exports::Column::Id)
+        .from(exports::Entity)
+        .and_where(exports::Column::TenantId.eq(tenant))
+        .cond_where(claimable(backend, who))
+        .order_by(exports::Column::CreatedAt, Order::Asc)
+        .order_by(exports::Column::Id, Order::Asc)
+        .limit(1)
+        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+        .to_owned();
+    let lease_ms = who.lease.as_millis() as i64;
+    let txn = begin_write(db).await?;
+    let claimed = exports::Entity::update_many()
+        .col_expr(exports::Column::PreviousStatus, Expr::col(exports::Column::Status))
+        .col_expr(exports::Column::Status, Expr::val(ExportStatus::Running.as_str()))
+        .col_expr(exports::Column::Generation, Expr::col(exports::Column::Generation).add(1))
+        .col_expr(exports::Column::Attempt, Expr::col(exports::Column::Attempt).add(1))
+        .col_expr(exports::Column::LeaseOwner, Expr::val(who.worker_id))
+        .col_expr(exports::Column::LeaseExpiresAt, now().add(lease_ms))
+        .col_expr(exports::Column::NextAttemptAt, Expr::val(Option::<i64>::None))
+        // A new attempt starts from nothing: no progress, and the last attempt's error is history.
+        .col_expr(exports::Column::RowsWritten, Expr::val(0i64))
+        .col_expr(exports::Column::RowsTotal, Expr::val(Option::<i64>::None))
+        .col_expr(exports::Column::ErrorCode, Expr::val(Option::<String>::None))
+        .col_expr(exports::Column::ErrorMessage, Expr::val(Option::<String>::None))
+        .col_expr(exports::Column::ErrorRetryable, Expr::val(Option::<bool>::None))
+        .col_expr(exports::Column::ErrorSupportRef, Expr::val(Option::<String>::None))
+        .col_expr(exports::Column::UpdatedAt, now())
+        .filter(exports::Column::Id.in_subquery(oldest))
+        .filter(exports::Column::Status.is_in([ExportStatus::Queued.as_str(), ExportStatus::RetryWait.as_str()]))
+        .exec_with_returning(&txn)
+        .await?;
+    let Some(job) = claimed.into_iter().next() else {
+        txn.rollback().await?;
+        return Ok(None);
+    };
+    tenants::Entity::update_many()
+        .col_expr(tenants::Column::LastClaimedAt, now())
+        .filter(tenants::Column::Id.eq(tenant))
+        .exec(&txn)
+        .await?;
+    audit::record_move(&txn, &job, Mover::Worker(who.worker_id), Some("claimed")).await?;
+    txn.commit().await?;
+    Ok(Some(job))
+}

@@ -1,0 +1,263 @@
+//! The janitor (SPEC §5.11), in every worker process; safe to run in all of them at once, since
+//! each of its moves is a conditional transition of the job store and each delete is idempotent.
+//!
+//! Every `EXPORTD_JANITOR_MS` it ends jobs whose lease expired (a lost worker: `retry_wait`, or
+//! `failed` with `worker_lost` once attempts are spent; a lost cancel: `cancelled`), fails jobs
+//! queued longer than `EXPORTD_QUEUE_TTL_SECS` (`no_worker`), deletes artifacts past
+//! `EXPORTD_ARTIFACT_TTL_SECS` (the record stays, marked expired) and purges records past
+//! `EXPORTD_RECORD_TTL_SECS` (so their keys may be used again), all on the database's clock.
+//! Every `EXPORTD_SWEEP_MS` it also sweeps the stores of the deployments it serves: staging
+//! objects of attempts that can no longer release, objects under `exports/` that are not their
+//! finished job's artifact and older than the lease plus `EXPORTD_ORPHAN_MARGIN_SECS`, and the
+//! partial files of uploads a crash interrupted.
+
+use super::WorkerContext;
+use crate::db::db_now_ms;
+use crate::entities::{exports, tenants};
+use crate::error::new_support_ref;
+use crate::job_store::transitions::{self, Failure, Outcome};
+use crate::job_store::Mover;
+use crate::storage::{parse_artifact_key, parse_staging_key, ExportStore};
+use app::ExportStatus;
+use futures::StreamExt;
+use object_store::path::Path;
+use sea_orm::{DbErr, EntityTrait, QuerySelect};
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+/// Rows one rule handles per pass.
+const BATCH: u64 = 200;
+
+/// What one pass did, for tests and the log.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pass {
+    /// Jobs ended because their lease expired.
+    pub leases_expired: usize,
+    /// Queued jobs failed with `no_worker`.
+    pub unclaimed_failed: usize,
+    /// Artifacts deleted past retention.
+    pub artifacts_expired: usize,
+    /// Records purged.
+    pub records_purged: usize,
+    /// Staging objects deleted.
+    pub staging_deleted: usize,
+    /// Objects under `exports/` deleted that were not their job's artifact.
+    pub orphans_deleted: usize,
+}
+
+/// Runs the janitor until shutdown.
+pub async fn run(ctx: WorkerContext) {
+    let every = ctx.config.janitor_every;
+    let mut last_sweep: Option<tokio::time::Instant> = None;
+    loop {
+        // A little jitter, so the janitors of many workers do not move in step.
+        let jitter = every.mul_f64((uuid::Uuid::new_v4().as_u128() % 200) as f64 / 1000.0);
+        tokio::select! {
+            _ = tokio::time::sleep(every + jitter) => {}
+            _ = ctx.shutdown.cancelled() => return,
+        }
+        let sweep = last_sweep.is_none_or(|t| t.elapsed() >= ctx.config.sweep_every);
+        if sweep {
+            last_sweep = Some(tokio::time::Instant::now());
+        }
+        match pass(&ctx, sweep).await {
+            Ok(done) if done != Pass::default() => tracing::info!(?done, "janitor pass"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "janitor pass failed; next time"),
+        }
+    }
+}
+
+/// One pass of every rule; with `sweep`, the store sweeps too.
+pub async fn pass(ctx: &WorkerContext, sweep: bool) -> Result<Pass, DbErr> {
+    let mut done = Pass::default();
+    let by = Mover::Janitor(&ctx.worker_id);
+    done.leases_expired = expire_leases(ctx, by).await?;
+    done.unclaimed_failed = fail_unclaimed(ctx, by).await?;
+    done.artifacts_expired = expire_artifacts(ctx, by).await?;
+    done.records_purged = purge_records(ctx).await?;
+    if sweep {
+        for deployment in served_deployments(ctx).await? {
+            let Ok(store) = ctx.stores.for_deployment(&deployment) else { continue };
+            done.staging_deleted += sweep_staging(ctx, &store).await?;
+            done.orphans_deleted += sweep_exports(ctx, &store).await?;
+            let older_than = SystemTime::now() - ctx.config.lease - ctx.config.orphan_margin;
+            done.staging_deleted += store.sweep_interrupted_uploads(older_than);
+        }
+    }
+    Ok(done)
+}
+
+fn moved(outcome: Outcome) -> usize {
+    matches!(outcome, Outcome::Moved(_)) as usize
+}
+
+/// Running (or cancel-requested) jobs whose lease ran out: their worker is gone. A crash counts
+/// as an attempt, so a job that always kills its worker ends `failed` (`worker_lost`).
+async fn expire_leases(ctx: &WorkerContext, by: Mover<'_>) -> Result<usize, DbErr> {
+    let mut n = 0;
+    for job in transitions::lapsed_leases(&ctx.db, BATCH).await? {
+        let support_ref = new_support_ref();
+        let outcome = transitions::end_attempt(&ctx.db, &job, Failure::WORKER_LOST, &support_ref, &ctx.retry_policy(), by, true).await?;
+        if let Outcome::Moved(row) = &outcome {
+            tracing::warn!(export = %job.id, generation = job.generation, owner = ?job.lease_owner, support_ref = %support_ref, status = %row.status, "lease expired: the worker is gone");
+        }
+        n += moved(outcome);
+    }
+    Ok(n)
+}
+
+/// Jobs queued past the queue TTL: no worker serves their deployment.
+async fn fail_unclaimed(ctx: &WorkerContext, by: Mover<'_>) -> Result<usize, DbErr> {
+    let mut n = 0;
+    for job in transitions::overdue_queued(&ctx.db, ctx.config.queue_ttl, BATCH).await? {
+        let support_ref = new_support_ref();
+        let outcome = transitions::fail_unclaimed(&ctx.db, &job, ctx.config.queue_ttl, &support_ref, by).await?;
+        if matches!(outcome, Outcome::Moved(_)) {
+            tracing::warn!(export = %job.id, deployment = %job.deployment, support_ref = %support_ref, "no worker claimed the export in time");
+        }
+        n += moved(outcome);
+    }
+    Ok(n)
+}
+
+/// Whether this worker may touch the store of `deployment`.
+fn serves(ctx: &WorkerContext, deployment: &str) -> bool {
+    ctx.worker.serves(deployment)
+}
+
+/// Artifacts past retention: the object is deleted first, then the record marked expired, so
+/// a crash in between only repeats the (idempotent) delete.
+async fn expire_artifacts(ctx: &WorkerContext, by: Mover<'_>) -> Result<usize, DbErr> {
+    let mut n = 0;
+    for job in transitions::due_artifacts(&ctx.db, BATCH).await? {
+        if !serves(ctx, &job.deployment) {
+            continue;
+        }
+        if !delete_artifact(ctx, &job).await {
+            continue;
+        }
+        n += moved(transitions::mark_artifact_expired(&ctx.db, &job, by).await?);
+    }
+    Ok(n)
+}
+
+/// Deletes a job's artifact object; false when the store refused (try again next pass).
+async fn delete_artifact(ctx: &WorkerContext, job: &exports::Model) -> bool {
+    let Some(key) = &job.artifact_key else { return true };
+    let Ok(store) = ctx.stores.for_deployment(&job.deployment) else { return false };
+    match store.delete(&Path::from(key.as_str())).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(export = %job.id, error = %e, "artifact not deleted; next pass");
+            false
+        }
+    }
+}
+
+/// Records past retention; an artifact still kept is deleted first (by a janitor that serves
+/// its deployment).
+async fn purge_records(ctx: &WorkerContext) -> Result<usize, DbErr> {
+    let mut n = 0;
+    for job in transitions::purgeable(&ctx.db, ctx.config.record_ttl, BATCH).await? {
+        let keeps_artifact = job.artifact_key.is_some() && !job.artifact_expired;
+        if keeps_artifact && !(serves(ctx, &job.deployment) && delete_artifact(ctx, &job).await) {
+            continue;
+        }
+        n += transitions::purge(&ctx.db, &job, ctx.config.record_ttl).await? as usize;
+    }
+    Ok(n)
+}
+
+/// The deployments whose stores this worker sweeps.
+async fn served_deployments(ctx: &WorkerContext) -> Result<Vec<String>, DbErr> {
+    if !ctx.worker.deployments.is_empty() {
+        return Ok(ctx.worker.deployments.clone());
+    }
+    let mut all: Vec<String> = tenants::Entity::find().select_only().column(tenants::Column::Deployment).distinct().into_tuple().all(&ctx.db).await?;
+    all.sort();
+    Ok(all)
+}
+
+/// The jobs of these ids, by id.
+async fn jobs_by_id(ctx: &WorkerContext, ids: Vec<String>) -> Result<HashMap<String, exports::Model>, DbErr> {
+    let mut ids = ids;
+    ids.sort();
+    ids.dedup();
+    Ok(transitions::by_ids(&ctx.db, &ids).await?.into_iter().map(|j| (j.id.clone(), j)).collect())
+}
+
+/// Lists `prefix` in batches and deletes what `doomed` picks.
+async fn sweep<F>(ctx: &WorkerContext, store: &ExportStore, prefix: &str, id_of: fn(&Path) -> Option<String>, doomed: F) -> Result<usize, DbErr>
+where
+    F: Fn(&object_store::ObjectMeta, Option<&exports::Model>, i64) -> bool,
+{
+    let mut listing = store.list(prefix);
+    let mut deleted = 0;
+    let mut batch = Vec::new();
+    loop {
+        let next = listing.next().await;
+        let done = next.is_none();
+        match next {
+            Some(Ok(meta)) => batch.push(meta),
+            Some(Err(e)) => {
+                tracing::warn!(prefix, error = %e, "listing the store failed; next sweep");
+                return Ok(deleted);
+            }
+            None => {}
+        }
+        if batch.len() < BATCH as usize && !done {
+            continue;
+        }
+        let now = db_now_ms(&ctx.db).await?;
+        let jobs = jobs_by_id(ctx, batch.iter().filter_map(|m| id_of(&m.location)).collect()).await?;
+        for meta in batch.drain(..) {
+            let job = id_of(&meta.location).and_then(|id| jobs.get(&id));
+            if doomed(&meta, job, now) {
+                match store.delete(&meta.location).await {
+                    Ok(()) => deleted += 1,
+                    Err(e) => tracing::warn!(key = %meta.location, error = %e, "not deleted; next sweep"),
+                }
+            }
+        }
+        if done {
+            return Ok(deleted);
+        }
+    }
+}
+
+/// Staging objects whose attempt can no longer release: the job is gone, has moved to another
+/// generation, or is no longer running under this one.
+async fn sweep_staging(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
+    sweep(ctx, store, "staging", |key| parse_staging_key(key).map(|(id, _)| id), |meta, job, _| {
+        let Some((_, generation)) = parse_staging_key(&meta.location) else { return false };
+        match job {
+            None => true,
+            Some(job) => {
+                let live = matches!(ExportStatus::parse(&job.status), Some(ExportStatus::Running | ExportStatus::CancelRequested));
+                !(live && job.generation == generation)
+            }
+        }
+    })
+    .await
+}
+
+/// Objects under `exports/` that a finished job does not point at (what a worker that lost
+/// its lease published anyway), once older than the lease plus the margin.
+async fn sweep_exports(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
+    let grace = (ctx.config.lease + ctx.config.orphan_margin).as_millis() as i64;
+    sweep(ctx, store, "exports", parse_artifact_key, move |meta, job, now| {
+        if meta.last_modified.timestamp_millis() > now - grace {
+            return false;
+        }
+        match job {
+            None => true,
+            Some(job) => {
+                let finished = ExportStatus::parse(&job.status).is_some_and(ExportStatus::is_terminal);
+                let is_artifact = !job.artifact_expired && job.artifact_key.as_deref() == Some(meta.location.as_ref());
+                finished && !is_artifact
+            }
+        }
+    })
+    .await
+}
