@@ -18,7 +18,8 @@ if ! psql "$TEST_DATABASE_URL" -qtAc 'SELECT 1' >/dev/null 2>&1; then
   fi
 fi
 
-cargo test --locked -p app -p migrations -p server
+# The fault points are compiled in for the tests only (the `failpoints` feature).
+cargo test --locked -p app -p migrations -p server --features server/failpoints
 
 cargo leptos build
 (cd end2end && npx playwright test)

@@ -4,7 +4,7 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::time::Duration;
 use support::procs::{everything, sha256};
 use support::{Gate, Options, TestApp};
@@ -61,6 +61,12 @@ on_both_backends!(a_revocation_just_before_the_release_ends_the_export_failed_an
     assert!(done["artifact"].is_null() && done["download"].is_null());
     let (status, _) = download(&app, &bob, &id).await;
     assert_eq!(status, 409, "a failed export has nothing to download");
+    // It was published just before the revocation won; the janitor removes what was not released.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !app.objects(&format!("exports/ten_acme/{id}")).is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the unreleased file is still there");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     app.stop().await;
 });
 
@@ -194,6 +200,205 @@ on_both_backends!(rows_changed_while_exporting_leave_the_file_equal_to_the_snaps
     assert_eq!(got.len(), before.len(), "no inserted row");
     assert_eq!(got, defused, "every row as it was when the snapshot began");
     assert_eq!(done["artifact"]["rows"], before.len());
-    let _ = json!(null);
+    app.stop().await;
+});
+
+on_both_backends!(a_cancel_while_queued_ends_it_at_once_and_no_worker_ever_runs_it, |backend| {
+    let mut app = TestApp::spawn(backend).await;
+    let bob = app.login("bob@acme.test").await;
+    let id = create_id(&app, &bob, "cancel-queued", &everything("orders")).await;
+    let resp = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let view: Value = resp.json().await.unwrap();
+    assert_eq!(view["status"], "cancelled");
+    app.start_worker(exportd::config::WorkerConfig { deployments: vec![], concurrency: 2 }).await;
+    let again = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(again.status(), 200, "cancelling a cancelled export answers the same");
+    tokio::time::sleep(Duration::from_millis(1500)).await; // two claim polls: nothing claimable
+    let claims = app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND to_status = 'running'")).await;
+    assert_eq!(claims, 0);
+    let moved = app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND from_status = 'queued' AND to_status = 'cancelled'")).await;
+    assert_eq!(moved, 1);
+    app.stop().await;
+});
+
+on_both_backends!(a_cancel_while_running_stops_the_worker_and_publishes_nothing, |backend| {
+    let app = app_with_worker(backend, 2_000).await;
+    let bob = app.login("bob@acme.test").await;
+    let mut gate = Gate::close(&app.fault("mid_stream"));
+    let id = create_id(&app, &bob, "cancel-running", &everything("orders")).await;
+    gate.reached().await;
+    let resp = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(resp.status(), 202);
+    assert_eq!(resp.json::<Value>().await.unwrap()["status"], "cancel_requested");
+    let twice = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(twice.status(), 202, "asking again while the worker stops answers the same");
+    gate.open();
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert!(done["artifact"].is_null() && done["download"].is_null() && done["error"].is_null(), "{done}");
+    assert!(app.objects(&format!("exports/ten_acme/{id}")).is_empty());
+    let (status, _) = download(&app, &bob, &id).await;
+    assert_eq!(status, 409);
+    app.stop().await;
+});
+
+on_both_backends!(a_cancel_after_ready_is_refused_and_changes_nothing, |backend| {
+    let app = app_with_worker(backend, 200).await;
+    let bob = app.login("bob@acme.test").await;
+    let id = create_id(&app, &bob, "cancel-ready", &everything("orders")).await;
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "ready");
+    let resp = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
+    let problem = support::expect_problem(resp, 409, "export-already-finished").await;
+    assert_eq!(problem["export"]["status"], "ready");
+    let after = app.wait_terminal(&bob, &id, Duration::from_secs(5)).await;
+    assert_eq!(after["artifact"], done["artifact"]);
+    let (status, bytes) = download(&app, &bob, &id).await;
+    assert_eq!(status, 200);
+    assert_eq!(sha256(&bytes), done["artifact"]["sha256"].as_str().unwrap());
+    app.stop().await;
+});
+
+on_both_backends!(a_cancel_racing_the_release_fifty_times_ends_each_export_one_way_or_the_other, |backend| {
+    let app = app_with_worker(backend, 100).await;
+    let bob = app.login("bob@acme.test").await;
+    let (mut cancelled, mut ready) = (Vec::new(), Vec::new());
+    for round in 0..50 {
+        let mut gate = Gate::close(&app.fault("before_release"));
+        let id = create_id(&app, &bob, &format!("race-{round}"), &everything("orders")).await;
+        gate.reached().await;
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+        let cancel = {
+            let (barrier, bob, url) = (barrier.clone(), bob.clone(), app.url(&format!("/api/exports/{id}/cancel")));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                bob.post(url).send().await.unwrap().status().as_u16()
+            })
+        };
+        barrier.wait().await;
+        // Both sides start together; the worker's side starts 0–4.5 ms later in turn, so the
+        // rounds cover both orders of the two conditional updates.
+        tokio::time::sleep(Duration::from_micros(500 * (round % 10))).await;
+        gate.open();
+        let status = cancel.await.unwrap();
+        let done = app.wait_terminal(&bob, &id, Duration::from_secs(20)).await;
+        match done["status"].as_str() {
+            Some("cancelled") => {
+                assert!(status == 202 || status == 200, "round {round}: cancel answered {status}");
+                assert!(done["artifact"].is_null(), "round {round}: {done}");
+                cancelled.push(id);
+            }
+            Some("ready") => {
+                assert_eq!(status, 409, "round {round}: the release won, so the cancel is refused");
+                assert!(done["artifact"].is_object(), "round {round}: {done}");
+                ready.push((id, done["artifact"]["sha256"].as_str().unwrap().to_owned()));
+            }
+            other => panic!("round {round}: ended {other:?}: {done}"),
+        }
+    }
+    eprintln!("cancel/release race: {} cancelled, {} ready", cancelled.len(), ready.len());
+    assert!(!cancelled.is_empty() && !ready.is_empty(), "the rounds covered both outcomes");
+    // What a cancelled export published before it lost the race is the janitor's to remove.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let stray: Vec<String> = cancelled.iter().flat_map(|id| app.objects(&format!("exports/ten_acme/{id}"))).collect();
+        if stray.is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "cancelled exports still have files: {stray:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (id, sha) in &ready {
+        assert_eq!(app.objects(&format!("exports/ten_acme/{id}")), vec![format!("exports/ten_acme/{id}/{sha}.csv")]);
+    }
+    app.stop().await;
+});
+
+on_both_backends!(a_store_outage_waits_and_retries_and_a_recovered_export_shows_no_error, |backend| {
+    let app = app_with_worker(backend, 200).await;
+    let bob = app.login("bob@acme.test").await;
+    app.store_down();
+    let id = create_id(&app, &bob, "outage", &everything("orders")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let waiting = loop {
+        let view: Value = bob.get(app.url(&format!("/api/exports/{id}"))).send().await.unwrap().json().await.unwrap();
+        if view["status"] == "retry_wait" {
+            break view;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never retry_wait: {view}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(waiting["next_attempt_at"].is_string(), "{waiting}");
+    assert_eq!(waiting["error"]["code"], "storage_unavailable");
+    assert_eq!(waiting["error"]["retryable"], true);
+    assert!(waiting["error"]["support_ref"].as_str().unwrap().starts_with("ref_"));
+    let message = waiting["error"]["message"].as_str().unwrap();
+    assert!(!message.contains('/') && !message.contains("objects"), "no store detail in the message: {message}");
+    app.store_up();
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    assert!(done["error"].is_null(), "no error is left once ready: {done}");
+    assert!(done["next_attempt_at"].is_null());
+    let attempts = done["attempt"].as_i64().unwrap();
+    assert!(attempts >= 2, "{done}");
+    // The audit trail: each move with the state it left and the generation it moved under.
+    use sea_orm::{ConnectionTrait, Statement};
+    let rows = app
+        .db
+        .query_all_raw(Statement::from_string(
+            app.db.get_database_backend(),
+            format!("SELECT from_status, to_status, CAST(generation AS BIGINT) FROM export_events WHERE export_id = '{id}' AND (from_status IS NULL OR from_status <> to_status) ORDER BY id"),
+        ))
+        .await
+        .unwrap();
+    let trail: Vec<(Option<String>, String, i64)> = rows.iter().map(|r| (r.try_get_by_index(0).unwrap(), r.try_get_by_index(1).unwrap(), r.try_get_by_index(2).unwrap())).collect();
+    let mut expected = vec![(None, "queued".to_owned(), 0)];
+    for g in 1..attempts {
+        let from = if g == 1 { "queued" } else { "retry_wait" };
+        expected.push((Some(from.to_owned()), "running".to_owned(), g));
+        expected.push((Some("running".to_owned()), "retry_wait".to_owned(), g));
+    }
+    let from = if attempts == 1 { "queued" } else { "retry_wait" };
+    expected.push((Some(from.to_owned()), "running".to_owned(), attempts));
+    expected.push((Some("running".to_owned()), "ready".to_owned(), attempts));
+    assert_eq!(trail, expected);
+    app.stop().await;
+});
+
+on_both_backends!(a_store_that_stays_down_fails_the_export_once_its_attempts_are_spent, |backend| {
+    let app = TestApp::start(Options { worker: true, adjust: |c| c.max_attempts = 3, ..Options::new(backend) }).await;
+    let bob = app.login("bob@acme.test").await;
+    app.store_down();
+    let id = create_id(&app, &bob, "outage-forever", &everything("orders")).await;
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "storage_unavailable");
+    assert_eq!(done["error"]["retryable"], true);
+    assert_eq!(done["attempt"], 3);
+    assert!(done["next_attempt_at"].is_null());
+    app.store_up();
+    assert!(app.objects("").is_empty(), "nothing written: {:?}", app.objects(""));
+    app.stop().await;
+});
+
+on_both_backends!(a_duplicate_delivery_of_a_finished_job_changes_nothing, |backend| {
+    use sea_orm::EntityTrait;
+    let app = app_with_worker(backend, 200).await;
+    let bob = app.login("bob@acme.test").await;
+    let id = create_id(&app, &bob, "delivered-twice", &everything("orders")).await;
+    assert_eq!(app.wait_terminal(&bob, &id, Duration::from_secs(20)).await["status"], "ready");
+    let before = exportd::entities::exports::Entity::find_by_id(id.clone()).one(&app.db).await.unwrap().unwrap();
+    let events = app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}'")).await;
+    let objects = app.objects("");
+    // The same claim delivered again, to a worker of its deployment and to one of another.
+    for deployments in [vec![], vec!["ksa".to_owned()], vec!["uae".to_owned()]] {
+        let ctx = app.worker_context(exportd::config::WorkerConfig { deployments, concurrency: 1 }).await;
+        exportd::worker::jobs::export_csv::run(&ctx, before.clone()).await;
+    }
+    let after = exportd::entities::exports::Entity::find_by_id(id.clone()).one(&app.db).await.unwrap().unwrap();
+    assert_eq!(after, before);
+    assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}'")).await, events);
+    assert_eq!(app.objects(""), objects);
     app.stop().await;
 });

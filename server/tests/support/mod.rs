@@ -102,11 +102,13 @@ pub struct Options {
     pub worker: bool,
     pub clock: Option<SharedClock>,
     pub max_active_per_actor: u64,
+    /// Changes to the test configuration (leases, TTLs, attempts).
+    pub adjust: fn(&mut Config),
 }
 
 impl Options {
     pub fn new(backend: Backend) -> Options {
-        Options { backend, orders: 200, worker: false, clock: None, max_active_per_actor: 1000 }
+        Options { backend, orders: 200, worker: false, clock: None, max_active_per_actor: 1000, adjust: |_| {} }
     }
 }
 
@@ -142,6 +144,7 @@ impl TestApp {
         let (database_url, pg) = fresh_database(opts.backend, dir.path()).await;
         let mut config = test_config(&database_url, dir.path());
         config.max_active_per_actor = opts.max_active_per_actor;
+        (opts.adjust)(&mut config);
         let db = exportd::db::connect_and_migrate(&database_url).await.expect("migrate");
         exportd::seed::seed_demo(&db, opts.orders, jiff::Timestamp::now().as_millisecond()).await.expect("seed");
         let clock = opts.clock.unwrap_or_else(|| Arc::new(SystemClock));
