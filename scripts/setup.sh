@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what exportd needs to build (and, with --browser, to run its browser tests), skipping
-# whatever is already there. Nothing is downloaded from outside the package registries.
+# Installs what exportd needs to build (and, with --test, to run its tests: Debian's Chromium and
+# PostgreSQL client, and PyPI's moto S3 server), skipping whatever is already there. Nothing is
+# downloaded from outside the package registries.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$root"
 
-want_browser=false
-[[ "${1:-}" == "--browser" ]] && want_browser=true
+want_tests=false
+[[ "${1:-}" == "--test" || "${1:-}" == "--browser" ]] && want_tests=true
 
 apt_install() {
   if [[ ! -f /var/lib/apt/lists/.exportd-updated ]]; then
@@ -35,7 +36,13 @@ if [[ ! -x end2end/node_modules/.bin/wasm-opt || end2end/package-lock.json -nt e
   (cd end2end && npm ci --no-audit --no-fund)
 fi
 
-if $want_browser; then
+if $want_tests; then
   [[ -x /usr/bin/chromium ]] || apt_install chromium
   command -v psql >/dev/null || apt_install postgresql-client
+  # The S3-protocol server the storage tests run against.
+  moto_version=5.2.1
+  if ! python3 -c "import moto.server, sys; sys.exit(0 if moto.__version__ == '$moto_version' else 1)" 2>/dev/null; then
+    python3 -m pip install --quiet --disable-pip-version-check "moto[server]==$moto_version"
+    command -v pyenv >/dev/null && pyenv rehash || true
+  fi
 fi

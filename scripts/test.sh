@@ -3,7 +3,7 @@
 # PostgreSQL at TEST_DATABASE_URL), then the Playwright test in Debian's Chromium.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-"$root/scripts/setup.sh" --browser
+"$root/scripts/setup.sh" --test
 cd "$root"
 
 export TEST_DATABASE_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}

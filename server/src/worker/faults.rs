@@ -2,8 +2,8 @@
 //! at an exact place. They exist only when the `failpoints` feature is on (the test command
 //! turns it on); otherwise [`Faults::check`] is an empty inline function.
 //!
-//! The points, in the order an attempt meets them: `after_claim`, `mid_stream` (after the first
-//! chunk of rows is written), `after_staging` (staged and validated), `before_publish` (after the
+//! The points, in the order an attempt meets them: `after_claim`, `each_chunk` (after every
+//! chunk of rows handed to the upload), `mid_stream` (after the first chunk), `after_staging` (staged and validated), `before_publish` (after the
 //! ownership fence, just before the copy into `exports/`), `after_publish`, `before_release`,
 //! `after_release`, and `before_end_attempt` (on the failure path, before the transition).
 //!

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod procs;
+pub mod s3;
 
 use exportd::clock::{Clock, SharedClock, SystemClock};
 use exportd::config::{Config, WorkerConfig};

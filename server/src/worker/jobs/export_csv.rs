@@ -240,6 +240,7 @@ impl Attempt<'_> {
                 hasher.update(&chunk);
                 bytes += chunk.len() as i64;
                 upload.write_all(&chunk).await.map_err(Stop::storage)?;
+                self.fault("each_chunk")?;
                 self.lease.wrote(rows);
                 self.checkpoint()?;
                 if first_chunk {
