@@ -183,6 +183,7 @@ on_both_backends!(every_validation_rule_answers_422_with_a_pointer, |backend| {
         (json!({"report": "orders", "filters": {"status": ["lost"]}}), "/filters/status/0"),
         (json!({"report": "orders", "filters": {"country": ["XX"]}}), "/filters/country/0"),
         (json!({"report": "orders", "filters": {"min_total": "ten"}}), "/filters/min_total"),
+        (json!({"report": "orders", "filters": {"min_total": 10, "max_total": 5}}), "/filters/min_total"),
         (json!({"report": "orders", "columns": ["order_id", "favourite_colour"]}), "/columns/1"),
         (json!({"report": "orders", "timezone": "Nowhere/City"}), "/timezone"),
         (json!({"report": "orders", "time_range": {"from": "2026-02-10", "to": "2026-02-01"}}), "/time_range/from"),

@@ -1,6 +1,6 @@
 //! Validation of a new request (SPEC §3.1), run only when its key is not yet bound.
 
-use super::reports::{find_report, is_country, FilterKind, ReportSpec};
+use super::reports::{find_report, is_country, FilterKind, FilterSpec, FilterTest, ReportSpec};
 use crate::auth::Role;
 use crate::error::{AppError, FieldError};
 use app::{ExportRequest, TimeRange};
@@ -113,12 +113,15 @@ fn check_filters(report: &ReportSpec, req: &ExportRequest, errors: &mut Vec<Fiel
             }
         }
     }
-    if let (Some(min), Some(max)) = (
-        req.filters.get("min_total").and_then(Value::as_f64),
-        req.filters.get("max_total").and_then(Value::as_f64),
-    ) {
-        if min > max {
-            errors.push(FieldError::new("/filters/min_total", "min_total is above max_total"));
+    // A lower and an upper bound on the same column must not exclude everything.
+    for low in report.filters.iter().filter(|f| f.test == FilterTest::AtLeast) {
+        for high in report.filters.iter().filter(|f| f.test == FilterTest::AtMost && f.sql == low.sql) {
+            let bound = |f: &FilterSpec| req.filters.get(f.name).and_then(Value::as_f64);
+            if let (Some(min), Some(max)) = (bound(low), bound(high)) {
+                if min > max {
+                    errors.push(FieldError::new(format!("/filters/{}", low.name), format!("{} is above {}", low.name, high.name)));
+                }
+            }
         }
     }
 }
