@@ -10,14 +10,16 @@ use crate::error::AppError;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use object_store::aws::{AmazonS3Builder, S3CopyIfNotExists};
-use object_store::buffered::BufWriter;
+use bytes::BytesMut;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
-use object_store::{ObjectMeta, ObjectStore};
+use object_store::{MultipartUpload, ObjectMeta, ObjectStore, PutPayload};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+#[cfg(test)]
+use std::time::SystemTime;
 
 /// The size of each part of a staging upload (S3's smallest part is 5 MiB).
 pub const PART_BYTES: usize = 5 * 1024 * 1024;
@@ -75,10 +77,9 @@ impl ExportStore {
         &self.objects
     }
 
-    /// A writer that uploads to `key` in parts as it fills; `shutdown` completes the upload,
-    /// `abort` discards it.
-    pub fn stage(&self, key: &Path) -> BufWriter {
-        BufWriter::with_capacity(self.objects.clone(), key.clone(), PART_BYTES).with_max_concurrency(PARTS_IN_FLIGHT)
+    /// An upload to `key` that sends parts as they fill.
+    pub fn stage(&self, key: &Path) -> StagingUpload {
+        StagingUpload { objects: self.objects.clone(), key: key.clone(), pending: BytesMut::new(), multipart: None }
     }
 
     /// Reads an object through and returns its size and hex SHA-256.
@@ -148,6 +149,90 @@ impl ExportStore {
     }
 }
 
+/// An upload of one staging object: one `put` when it stays under a part, else a multipart
+/// upload of [`PART_BYTES`] parts with at most [`PARTS_IN_FLIGHT`] in flight. Every failure of
+/// a multipart upload aborts it, so no incomplete upload is left in the store.
+pub struct StagingUpload {
+    objects: Arc<dyn ObjectStore>,
+    key: Path,
+    pending: BytesMut,
+    multipart: Option<Multipart>,
+}
+
+struct Multipart {
+    upload: Box<dyn MultipartUpload>,
+    parts: tokio::task::JoinSet<Result<(), object_store::Error>>,
+}
+
+impl Multipart {
+    /// Waits until at most `in_flight` parts are still uploading.
+    async fn settle(&mut self, in_flight: usize) -> Result<(), object_store::Error> {
+        while self.parts.len() > in_flight {
+            match self.parts.join_next().await {
+                Some(Ok(Ok(()))) | None => {}
+                Some(Ok(Err(e))) => return Err(e),
+                Some(Err(e)) => return Err(object_store::Error::Generic { store: "staging", source: Box::new(e) }),
+            }
+        }
+        Ok(())
+    }
+
+    async fn abort(mut self) -> Result<(), object_store::Error> {
+        self.parts.shutdown().await;
+        self.upload.abort().await
+    }
+}
+
+impl StagingUpload {
+    /// Appends bytes; sends every full part.
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), object_store::Error> {
+        self.pending.extend_from_slice(bytes);
+        while self.pending.len() >= PART_BYTES {
+            if self.multipart.is_none() {
+                let upload = self.objects.put_multipart(&self.key).await?;
+                self.multipart = Some(Multipart { upload, parts: tokio::task::JoinSet::new() });
+            }
+            let part = self.pending.split_to(PART_BYTES).freeze();
+            if let Some(m) = self.multipart.as_mut() {
+                m.settle(PARTS_IN_FLIGHT - 1).await?;
+                m.parts.spawn(m.upload.put_part(PutPayload::from(part)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Completes the upload; on failure it is aborted.
+    pub async fn finish(mut self) -> Result<(), object_store::Error> {
+        let rest = std::mem::take(&mut self.pending).freeze();
+        let Some(mut m) = self.multipart.take() else {
+            self.objects.put(&self.key, PutPayload::from(rest)).await?;
+            return Ok(());
+        };
+        if !rest.is_empty() {
+            m.parts.spawn(m.upload.put_part(PutPayload::from(rest)));
+        }
+        let done = match m.settle(0).await {
+            Ok(()) => m.upload.complete().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = done {
+            if let Err(abort) = m.abort().await {
+                tracing::warn!(key = %self.key, error = %abort, "aborting a failed upload failed too");
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Discards the upload and whatever parts it sent.
+    pub async fn abort(mut self) -> Result<(), object_store::Error> {
+        match self.multipart.take() {
+            Some(m) => m.abort().await,
+            None => Ok(()),
+        }
+    }
+}
+
 /// The stores of every deployment, opened on first use.
 pub struct Stores {
     config: Arc<Config>,
@@ -205,6 +290,29 @@ pub fn parse_artifact_key(key: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_larger_than_a_part_arrives_whole_and_an_aborted_one_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ExportStore::open(&format!("file://{}", dir.path().display())).unwrap();
+        let bytes: Vec<u8> = (0..(2 * PART_BYTES + 12_345)).map(|i| (i % 251) as u8).collect();
+        let key = staging_key("exp_big", 1);
+        let mut upload = store.stage(&key);
+        for chunk in bytes.chunks(256 * 1024 + 7) {
+            upload.write(chunk).await.unwrap();
+        }
+        upload.finish().await.unwrap();
+        let (size, sha) = store.digest(&key).await.unwrap();
+        assert_eq!(size as usize, bytes.len());
+        assert_eq!(sha, hex::encode(Sha256::digest(&bytes)));
+
+        let other = staging_key("exp_big", 2);
+        let mut upload = store.stage(&other);
+        upload.write(&bytes).await.unwrap();
+        upload.abort().await.unwrap();
+        assert!(matches!(store.digest(&other).await, Err(object_store::Error::NotFound { .. })));
+        assert_eq!(store.sweep_interrupted_uploads(SystemTime::now() + std::time::Duration::from_secs(1)), 0, "no partial file left");
+    }
 
     #[test]
     fn keys_read_back_as_what_they_name() {

@@ -299,3 +299,63 @@ async fn a_concurrency_outside_one_to_sixty_four_is_a_usage_error() {
         assert_eq!(status.code(), Some(2), "--concurrency {bad}");
     }
 }
+
+on_both_backends!(three_workers_handle_a_cancel_a_revocation_and_a_store_outage_while_running, |backend| {
+    let p = Prepared::new(backend, 2_000).await;
+    let (_api, base) = p.api().await;
+    let bob = Api::new(&base, &p.token);
+    let alice_token = p.run_ok(&["token", "create", "alice@acme.test"]).await.trim().to_owned();
+    let alice = Api::new(&base, &alice_token);
+    let workers: Vec<Proc> = ["w1", "w2", "w3"].iter().map(|l| p.worker(l, &[("FAILPOINTS", "mid_stream=sleep(1500)")], &[])).collect();
+    let mid_stream = |id: String| {
+        let workers = &workers;
+        async move {
+            eventually("a worker is mid-stream", LONG, || {
+                let id = id.clone();
+                async move { workers.iter().any(|w| w.has_line(&["mid_stream", &id])) }
+            })
+            .await
+        }
+    };
+
+    // Cancel while running: cancelled, nothing published.
+    let (_, v) = bob.create("cancel-me", &everything("orders")).await;
+    let cancel = v["id"].as_str().unwrap().to_owned();
+    mid_stream(cancel.clone()).await;
+    let resp = bob.client.post(format!("{base}/api/exports/{cancel}/cancel")).bearer_auth(&bob.token).send().await.unwrap();
+    assert_eq!(resp.status(), 202);
+    let done = bob.wait_status(&cancel, &["cancelled", "ready", "failed"], LONG).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+
+    // Revoked through the CLI while running: failed, nothing published, download refused.
+    let (_, v) = alice.create("revoke-me", &everything("orders")).await;
+    let revoked = v["id"].as_str().unwrap().to_owned();
+    mid_stream(revoked.clone()).await;
+    p.run_ok(&["user", "set-role", "alice@acme.test", "analyst"]).await;
+    let done = alice.wait_status(&revoked, &["cancelled", "ready", "failed"], LONG).await;
+    assert_eq!(done["error"]["code"], "permission_revoked", "{done}");
+    assert_eq!(alice.download(&revoked).await.0, 409);
+
+    // The store goes down mid-stream: retry_wait, then ready once it is back, with no error left.
+    let (_, v) = bob.create("outage", &everything("orders")).await;
+    let outage = v["id"].as_str().unwrap().to_owned();
+    mid_stream(outage.clone()).await;
+    let root = p.dir.path().join("objects");
+    std::fs::rename(&root, p.dir.path().join("objects.down")).unwrap();
+    std::fs::write(&root, b"down").unwrap();
+    let waiting = bob.wait_status(&outage, &["retry_wait", "ready", "failed"], LONG).await;
+    assert_eq!(waiting["status"], "retry_wait", "{waiting}");
+    assert_eq!(waiting["error"]["code"], "storage_unavailable");
+    std::fs::remove_file(&root).unwrap();
+    std::fs::rename(p.dir.path().join("objects.down"), &root).unwrap();
+    let done = bob.wait_status(&outage, &["ready", "failed"], LONG).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    assert!(done["error"].is_null(), "{done}");
+
+    assert!(published(&p, &cancel).is_empty() && published(&p, &revoked).is_empty());
+    assert_eq!(published(&p, &outage).len(), 1);
+    for mut w in workers {
+        w.signal("TERM");
+        assert!(w.wait_exit(LONG).await.success());
+    }
+});

@@ -78,8 +78,12 @@ impl Lease {
         self.progress.written.store(rows, Ordering::Relaxed);
     }
 
-    /// Stops the heartbeat (the attempt is ending; its last transition clears the lease).
-    pub fn stop(self) {
+}
+
+impl Drop for Lease {
+    /// However the attempt ends — even by a panic — its heartbeat stops with it, so a job is
+    /// never kept leased while no one works on it.
+    fn drop(&mut self) {
         self.heartbeat.abort();
     }
 }

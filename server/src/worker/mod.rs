@@ -99,7 +99,15 @@ async fn claim_loop(ctx: WorkerContext) {
         woken.as_mut().enable();
         let wait = match claims::claim(&ctx.db, &ctx.claimant()).await {
             Ok(Some(job)) => {
-                jobs::export_csv::run(&ctx, job).await;
+                // In a task of its own, so a panic ends only this attempt (its lease stops and the
+                // janitor takes the job back), not the claim loop.
+                let (id, attempt) = (job.id.clone(), tokio::spawn({
+                    let ctx = ctx.clone();
+                    async move { jobs::export_csv::run(&ctx, job).await }
+                }));
+                if let Err(e) = attempt.await {
+                    tracing::error!(export = %id, error = %e, "an attempt panicked; the janitor will take the job back when its lease expires");
+                }
                 continue;
             }
             Ok(None) => POLL_INTERVAL,

@@ -12,7 +12,7 @@ use crate::exports::view::{request_of, resolved_of};
 use crate::job_store::authority::Authority;
 use crate::job_store::transitions::{self, Artifact, Failure, Outcome, Refusal};
 use crate::job_store::Mover;
-use crate::storage::{artifact_key, staging_key, ExportStore};
+use crate::storage::{artifact_key, staging_key, ExportStore, StagingUpload};
 use crate::worker::csv_cells::CsvEncoder;
 use crate::worker::faults::Injected;
 use crate::worker::lease::{Holding, Lease};
@@ -22,7 +22,6 @@ use futures::StreamExt;
 use object_store::path::Path;
 use sea_orm::{ConnectionTrait, StreamTrait};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
 
 /// Bytes of CSV gathered before they are hashed and handed to the upload.
 pub const CHUNK_BYTES: usize = 256 * 1024;
@@ -83,7 +82,8 @@ pub async fn run(ctx: &WorkerContext, job: exports::Model) {
         Ok(store) => Attempt { ctx, job: &job, store, lease: &lease, staging: &staging }.run().await,
         Err(e) => Err(Stop::storage(e)),
     };
-    lease.stop();
+    // The heartbeat stops here; the transition that ends the attempt clears the lease.
+    drop(lease);
     end(ctx, &job, result).await;
     if let Ok(store) = store {
         // Only this attempt's own staging object; never anything under exports/.
@@ -181,6 +181,8 @@ impl Attempt<'_> {
                 return Err(stop);
             }
         };
+        // Completing it aborts it on failure.
+        upload.finish().await.map_err(Stop::storage)?;
         self.fault("after_staging")?;
         self.validate(&staged).await?;
         self.checkpoint()?;
@@ -213,7 +215,7 @@ impl Attempt<'_> {
     }
 
     /// Streams the snapshot as CSV into the upload, hashing and counting as it goes.
-    async fn stream(&self, plan: &Plan, bom: bool, upload: &mut object_store::buffered::BufWriter) -> Result<Staged, Stop> {
+    async fn stream(&self, plan: &Plan, bom: bool, upload: &mut StagingUpload) -> Result<Staged, Stop> {
         let snapshots = &self.ctx.snapshots;
         let backend = snapshots.get_database_backend();
         let txn = snapshot::begin(snapshots).await.map_err(Stop::internal)?;
@@ -239,7 +241,7 @@ impl Attempt<'_> {
                 let chunk = csv.take().map_err(Stop::internal)?;
                 hasher.update(&chunk);
                 bytes += chunk.len() as i64;
-                upload.write_all(&chunk).await.map_err(Stop::storage)?;
+                upload.write(&chunk).await.map_err(Stop::storage)?;
                 self.fault("each_chunk")?;
                 self.lease.wrote(rows);
                 self.checkpoint()?;
@@ -253,7 +255,6 @@ impl Attempt<'_> {
             }
         }
         txn.commit().await.map_err(Stop::internal)?;
-        upload.shutdown().await.map_err(Stop::storage)?;
         if rows != total {
             return Err(Stop::internal(format!("wrote {rows} rows but the snapshot counted {total}")));
         }
