@@ -3,7 +3,7 @@
 
 use crate::auth::hash_password;
 use crate::entities::{customers, orders, tenants, users};
-use sea_orm::{ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use sea_orm::{ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait};
 use sea_orm::ActiveValue::NotSet;
 
 /// The demo password of every demo user.
@@ -94,16 +94,39 @@ pub async fn seed_demo(db: &DatabaseConnection, orders_per_tenant: u32, now_ms: 
     Ok(())
 }
 
+/// Rows per INSERT.
+const BATCH: usize = 1000;
+
+/// One generated order, before its customer has an id.
+struct DraftOrder {
+    customer: usize,
+    status: &'static str,
+    total: i64,
+    placed_at: i64,
+    country: &'static str,
+    notes: &'static str,
+}
+
+fn draft_order(rng: &mut Lcg, n_customers: usize, now_ms: i64) -> DraftOrder {
+    const TWO_YEARS_MS: u64 = 730 * 24 * 3600 * 1000;
+    let customer = (rng.next() as usize) % n_customers;
+    let status = rng.pick(&STATUSES);
+    let mut total = (rng.next() % 200_000) as i64 + 100;
+    if status == "refunded" {
+        total = -total;
+    }
+    DraftOrder { customer, status, total, placed_at: now_ms - rng.below(TWO_YEARS_MS) as i64, country: rng.pick(&COUNTRIES), notes: rng.pick(&NOTES) }
+}
+
 async fn seed_orders(db: &DatabaseConnection, tenant_id: &str, n: u32, now_ms: i64, seed: u64) -> Result<(), DbErr> {
     const TWO_YEARS_MS: u64 = 730 * 24 * 3600 * 1000;
     let mut rng = Lcg(seed);
-    let n_customers = (n / 10).max(1);
-    let txn = db.begin().await?;
-    let mut batch = Vec::new();
+    let n_customers = (n / 10).max(1) as usize;
+    let mut customers = Vec::with_capacity(n_customers);
     for c in 0..n_customers {
         let first = rng.pick(&FIRST);
         let last = rng.pick(&LAST);
-        batch.push(customers::ActiveModel {
+        customers.push(customers::ActiveModel {
             id: NotSet,
             tenant_id: Set(tenant_id.to_owned()),
             name: Set(format!("{first} {last}")),
@@ -113,55 +136,51 @@ async fn seed_orders(db: &DatabaseConnection, tenant_id: &str, n: u32, now_ms: i
             created_at: Set(now_ms - rng.below(TWO_YEARS_MS) as i64),
             lifetime_total_cents: Set(0),
         });
-        if batch.len() == 500 {
-            customers::Entity::insert_many(std::mem::take(&mut batch)).exec_without_returning(&txn).await?;
-        }
     }
-    if !batch.is_empty() {
+    // The orders are drawn twice from the same state: once for the customers' lifetime totals
+    // (so customers are inserted complete), once to insert them with their customers' ids.
+    let orders_from = Lcg(rng.0);
+    let mut totals = vec![0i64; n_customers];
+    for _ in 0..n {
+        let order = draft_order(&mut rng, n_customers, now_ms);
+        totals[order.customer] += order.total;
+    }
+    for (customer, total) in customers.iter_mut().zip(&totals) {
+        customer.lifetime_total_cents = Set(*total);
+    }
+    let txn = db.begin().await?;
+    let mut rows = customers.into_iter().peekable();
+    while rows.peek().is_some() {
+        let batch: Vec<_> = rows.by_ref().take(BATCH).collect();
         customers::Entity::insert_many(batch).exec_without_returning(&txn).await?;
     }
     let ids: Vec<i64> = customers::Entity::find()
+        .select_only()
+        .column(customers::Column::Id)
         .filter(customers::Column::TenantId.eq(tenant_id))
         .order_by_asc(customers::Column::Id)
+        .into_tuple()
         .all(&txn)
-        .await?
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
-    let mut totals = vec![0i64; ids.len()];
-    let mut batch = Vec::new();
-    for _ in 0..n {
-        let who = (rng.next() as usize) % ids.len();
-        let status = rng.pick(&STATUSES);
-        let mut total = (rng.next() % 200_000) as i64 + 100;
-        if status == "refunded" {
-            total = -total;
-        }
-        totals[who] += total;
+        .await?;
+    let mut rng = orders_from;
+    let currency = if tenant_id.ends_with("acme") { "SAR" } else { "AED" };
+    let mut batch = Vec::with_capacity(BATCH);
+    for i in 0..n {
+        let order = draft_order(&mut rng, n_customers, now_ms);
         batch.push(orders::ActiveModel {
             id: NotSet,
             tenant_id: Set(tenant_id.to_owned()),
-            customer_id: Set(ids[who]),
-            placed_at: Set(now_ms - rng.below(TWO_YEARS_MS) as i64),
-            country: Set(rng.pick(&COUNTRIES).to_owned()),
-            status: Set(status.to_owned()),
-            total_cents: Set(total),
-            currency: Set(if tenant_id.ends_with("acme") { "SAR" } else { "AED" }.to_owned()),
-            notes: Set(rng.pick(&NOTES).to_owned()),
+            customer_id: Set(ids[order.customer]),
+            placed_at: Set(order.placed_at),
+            country: Set(order.country.to_owned()),
+            status: Set(order.status.to_owned()),
+            total_cents: Set(order.total),
+            currency: Set(currency.to_owned()),
+            notes: Set(order.notes.to_owned()),
         });
-        if batch.len() == 500 {
+        if batch.len() == BATCH || i + 1 == n {
             orders::Entity::insert_many(std::mem::take(&mut batch)).exec_without_returning(&txn).await?;
         }
-    }
-    if !batch.is_empty() {
-        orders::Entity::insert_many(batch).exec_without_returning(&txn).await?;
-    }
-    for (id, total) in ids.iter().zip(totals) {
-        customers::Entity::update_many()
-            .col_expr(customers::Column::LifetimeTotalCents, sea_orm::sea_query::Expr::value(total))
-            .filter(customers::Column::Id.eq(*id))
-            .exec(&txn)
-            .await?;
     }
     txn.commit().await
 }

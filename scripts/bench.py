@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""exportd's benchmark: every figure beside a baseline measured on the same machine in the same
+run, with the ratio (baseline time / our time, or our rate / the baseline's rate). Run it through
+scripts/bench.sh, which builds the release binary and installs the tools (wrk, pgbench, sqlite3).
+"""
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+ARGS = None
+ROWS = []  # (figure, ours, baseline, ratio, goal, verdict)
+
+COLUMNS = ("o.id, o.placed_at, o.customer_id, c.name, c.email, c.phone, o.country, o.status, "
+           "o.total_cents, o.currency, o.notes")
+JOIN = "FROM orders o JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id"
+
+
+def log(msg):
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Backend:
+    """One database with the demo data and the exportd processes that serve it."""
+
+    def __init__(self, name, url, folder):
+        self.name, self.url, self.folder = name, url, folder
+        self.store = f"file://{folder}/objects"
+        self.procs = []
+        self.env = dict(os.environ, DATABASE_URL=url, EXPORTD_STORE=self.store, EXPORTD_LOG="warn",
+                        EXPORTD_MAX_ACTIVE_PER_ACTOR="1000000000", LEPTOS_SITE_ROOT=ARGS.site)
+
+    def run(self, *args):
+        return subprocess.run([ARGS.exe, *args], env=self.env, check=True, capture_output=True, text=True).stdout
+
+    def spawn(self, *args):
+        p = subprocess.Popen([ARGS.exe, *args], env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
+    def api(self):
+        port = free_port()
+        self.spawn("serve", "--no-worker", "--bind", f"127.0.0.1:{port}")
+        self.base = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"{self.base}/healthz", timeout=1)
+                return
+            except Exception:
+                time.sleep(0.05)
+        raise SystemExit("exportd serve did not start")
+
+    def stop(self, p):
+        p.terminate()
+        p.wait(timeout=60)
+        self.procs.remove(p)
+
+    def stop_all(self):
+        for p in list(self.procs):
+            self.stop(p)
+
+    def sql(self, query):
+        if self.name == "PostgreSQL":
+            out = subprocess.run(["psql", self.url, "-qtAX", "-c", query], check=True, capture_output=True, text=True)
+        else:
+            out = subprocess.run(["sqlite3", self.url.removeprefix("sqlite://"), query], check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
+
+def request(base, method, path, token, body=None, key=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{base}{path}", data=data, method=method)
+    req.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Idempotency-Key", key)
+    with urllib.request.urlopen(req, timeout=600) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def export(b, token, range_):
+    """Creates an export and polls it to its end; returns (seconds, rows)."""
+    body = {"report": "orders", "time_range": range_}
+    started = time.monotonic()
+    view = request(b.base, "POST", "/api/exports", token, body, key=str(uuid.uuid4()))
+    while view["status"] not in ("ready", "failed", "cancelled"):
+        time.sleep(0.02)
+        view = request(b.base, "GET", f"/api/exports/{view['id']}", token)
+    took = time.monotonic() - started
+    if view["status"] != "ready":
+        raise SystemExit(f"export ended {view['status']}: {view.get('error')}")
+    return took, view["artifact"]["rows"]
+
+
+def vmhwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def day_range(b, rows):
+    """Local (UTC) days that hold about `rows` of acme's orders, ending tomorrow."""
+    newest = int(b.sql("SELECT MAX(placed_at) FROM orders WHERE tenant_id = 'ten_acme'"))
+    total = int(b.sql("SELECT COUNT(*) FROM orders WHERE tenant_id = 'ten_acme'"))
+    if rows >= total:
+        first = int(b.sql("SELECT MIN(placed_at) FROM orders WHERE tenant_id = 'ten_acme'"))
+    else:
+        first = int(b.sql(f"SELECT placed_at FROM orders WHERE tenant_id = 'ten_acme' ORDER BY placed_at DESC LIMIT 1 OFFSET {rows - 1}"))
+    day = lambda ms: time.strftime("%Y-%m-%d", time.gmtime(ms / 1000))
+    frm, to = day(first), day(newest + 86_400_000)
+    ms = lambda d: int(time.mktime(time.strptime(d, "%Y-%m-%d")) - time.timezone) * 1000
+    return {"from": frm, "to": to}, ms(frm), ms(to) + 86_400_000
+
+
+def baseline_dump(b, lo, hi, out):
+    query = f"SELECT {COLUMNS} {JOIN} WHERE o.tenant_id = 'ten_acme' AND o.placed_at >= {lo} AND o.placed_at < {hi} ORDER BY o.id"
+    started = time.monotonic()
+    if b.name == "PostgreSQL":
+        subprocess.run(["psql", b.url, "-qX", "-c", f"\\copy ({query}) TO '{out}' CSV HEADER"], check=True)
+    else:
+        with open(out, "w") as f:
+            subprocess.run(["sqlite3", "-csv", "-header", b.url.removeprefix("sqlite://"), query], check=True, stdout=f)
+    return time.monotonic() - started
+
+
+def best(n, f):
+    return min(f() for _ in range(n))
+
+
+def figure(name, ours, baseline, ratio, goal, ok):
+    verdict = "" if ok is None else ("met" if ok else "NOT met")
+    ROWS.append((name, ours, baseline, "" if ratio is None else f"{ratio:.2f}", goal, verdict))
+    log(f"{name}: {ours} | {baseline} | {ratio} | {goal} {verdict}")
+
+
+def exports_figures(b, admin_token):
+    """Figures 1–3 for one backend."""
+    ranges = {n: day_range(b, n) for n in (10_000, 100_000, ARGS.orders)}
+    b.api()
+    times, hwm = {}, {}
+    for n in (100_000, ARGS.orders, 10_000):
+        rng, _, _ = ranges[n]
+        worker = b.spawn("worker", "--concurrency", "1")
+        time.sleep(1)
+        runs = [export(b, admin_token, rng) for _ in range(2)]
+        times[n] = min(r[0] for r in runs), runs[0][1]
+        hwm[n] = vmhwm_kib(worker.pid)
+        b.stop(worker)
+    # Figure 1: the whole dataset against the database's own CSV dump of the same query.
+    _, lo, hi = ranges[ARGS.orders]
+    out = os.path.join(b.folder, "baseline.csv")
+    base = best(2, lambda: baseline_dump(b, lo, hi, out))
+    ours, rows = times[ARGS.orders]
+    tool = "psql \\copy" if b.name == "PostgreSQL" else "sqlite3 -csv"
+    figure(f"{b.name}: export of {rows:,} rows (11 columns, admin), create→ready", f"{ours:.2f} s", f"{base:.2f} s ({tool})", base / ours, "≥ 0.8", base / ours >= 0.8)
+    # Figure 2: peak RSS of a fresh worker after 100k and after 1M rows.
+    growth = (hwm[ARGS.orders] - hwm[100_000]) / 1024
+    figure(f"{b.name}: worker peak RSS (VmHWM) after {times[100_000][1]:,} → {times[ARGS.orders][1]:,} rows",
+           f"{hwm[100_000] / 1024:.1f} → {hwm[ARGS.orders] / 1024:.1f} MiB", "", None, "growth < 16 MiB", growth < 16)
+    # Figure 3: time per row as work grows.
+    per_row = {n: times[n][0] / max(times[n][1], 1) * 1e6 for n in times}
+    knee = per_row[ARGS.orders] / per_row[10_000]
+    figure(f"{b.name}: time per row at {times[10_000][1]:,} / {times[100_000][1]:,} / {times[ARGS.orders][1]:,} rows",
+           " / ".join(f"{per_row[n]:.2f} µs" for n in (10_000, 100_000, ARGS.orders)), f"{per_row[10_000]:.2f} µs (10k rows)", 1 / knee,
+           "per-row time at 1M within 1.5× of 10k", knee <= 1.5)
+
+
+def create_latency(b, token, label):
+    """p50 of 200 sequential creates with new keys, in ms."""
+    body = {"report": "customers", "time_range": {"preset": "yesterday"}}
+    samples = []
+    for _ in range(200):
+        started = time.monotonic()
+        request(b.base, "POST", "/api/exports", token, body, key=str(uuid.uuid4()))
+        samples.append((time.monotonic() - started) * 1000)
+    return statistics.median(samples)
+
+
+def fill_exports(b, n):
+    """Puts n finished exports of alice in the table, as a year of history would."""
+    req = json.dumps({"report": "customers", "filters": {}, "columns": None, "format": "csv", "time_range": {"preset": "yesterday"}, "timezone": "UTC", "options": {"bom": False}})
+    res = json.dumps({"from": "2026-01-01T00:00:00.000Z", "to": "2026-01-02T00:00:00.000Z", "timezone": "UTC", "columns": ["customer_id"], "deployment": "ksa"})
+    if b.name == "PostgreSQL":
+        b.sql(f"""INSERT INTO exports (id, tenant_id, actor_id, idempotency_key, fingerprint, report, request, resolved, deployment, status,
+                  generation, attempt, rows_written, artifact_expired, created_at, updated_at, finished_at)
+                  SELECT 'exp_hist' || g, 'ten_acme', 'usr_alice', 'hist-' || g, 'fp', 'customers', '{req}', '{res}', 'ksa', 'ready',
+                  1, 1, 0, TRUE, g, g, g FROM generate_series(1, {n}) g; ANALYZE exports""")
+    else:
+        b.sql(f"""WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < {n})
+                  INSERT INTO exports (id, tenant_id, actor_id, idempotency_key, fingerprint, report, request, resolved, deployment, status,
+                  generation, attempt, rows_written, artifact_expired, created_at, updated_at, finished_at)
+                  SELECT 'exp_hist' || i, 'ten_acme', 'usr_alice', 'hist-' || i, 'fp', 'customers', '{req}', '{res}', 'ksa', 'ready',
+                  1, 1, 0, 1, i, i, i FROM g; ANALYZE""")
+
+
+def wrk(base, token, script, connections, seconds=10, latency=False):
+    args = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s", script, base]
+    if latency:
+        args.insert(1, "--latency")
+    env = dict(os.environ, BENCH_TOKEN=token)
+    out = subprocess.run(args, check=True, capture_output=True, text=True, env=env).stdout
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    pct = {m.group(1): m.group(2) for m in re.finditer(r"^\s+(50|99)%\s+(\S+)", out, re.M)}
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise SystemExit(f"wrk saw {errors.group(1)} error responses:\n{out}")
+    return rate, pct
+
+
+def pgbench(url, script, clients):
+    out = subprocess.run(["pgbench", "-n", "-c", str(clients), "-j", "2", "-T", "10", "-f", script, url], check=True, capture_output=True, text=True).stdout
+    return float(re.search(r"tps = ([\d.]+)", out).group(1))
+
+
+def lua(folder, name, body):
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(body)
+    return path
+
+
+def http_figures(b, token, folder):
+    """Figures 3 (create latency) to 5, on PostgreSQL."""
+    body = json.dumps({"report": "customers", "time_range": {"preset": "yesterday"}}).replace('"', '\\"')
+    common = f"""wrk.method = "POST"
+wrk.body = "{body}"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_TOKEN")
+"""
+    new_keys = lua(folder, "new.lua", common + """
+local counter, thread_id = 0, 0
+local threads = 0
+function setup(thread) threads = threads + 1; thread:set("thread_id", threads) end
+function request()
+  counter = counter + 1
+  wrk.headers["Idempotency-Key"] = "bench-" .. thread_id .. "-" .. counter .. "-" .. math.random(1, 1000000000)
+  return wrk.format()
+end
+""")
+    replay = lua(folder, "replay.lua", common + 'wrk.headers["Idempotency-Key"] = "bench-replay"\n')
+    create_rate, _ = wrk(b.base, token, new_keys, 8)
+    replay_rate, _ = wrk(b.base, token, replay, 8)
+
+    b.sql("DROP TABLE IF EXISTS bench_keys; CREATE TABLE bench_keys (tenant_id TEXT NOT NULL, actor_id TEXT NOT NULL, idempotency_key TEXT NOT NULL, "
+          "request TEXT NOT NULL, status TEXT NOT NULL, created_at BIGINT NOT NULL, UNIQUE (tenant_id, actor_id, idempotency_key))")
+    row = "'ten_acme', 'usr_alice'"
+    insert = lua(folder, "insert.sql", f"\\set k random(1, 2000000000)\nINSERT INTO bench_keys VALUES ({row}, 'k-' || :client_id || '-' || :k, '{body}', 'queued', 0) ON CONFLICT DO NOTHING;\n")
+    select = lua(folder, "replay.sql", f"INSERT INTO bench_keys VALUES ({row}, 'fixed', '{body}', 'queued', 0) ON CONFLICT DO NOTHING;\n"
+                 "SELECT * FROM bench_keys WHERE tenant_id = 'ten_acme' AND actor_id = 'usr_alice' AND idempotency_key = 'fixed';\n")
+    base_create = pgbench(b.url, insert, 8)
+    base_replay = pgbench(b.url, select, 8)
+    figure("PostgreSQL: POST /api/exports, new keys, 8 clients (HTTP + token)", f"{create_rate:,.0f} req/s",
+           f"{base_create:,.0f} tps (pgbench INSERT … ON CONFLICT DO NOTHING)", create_rate / base_create, "≥ 0.5", create_rate / base_create >= 0.5)
+    figure("PostgreSQL: POST /api/exports, replays, 8 clients", f"{replay_rate:,.0f} req/s",
+           f"{base_replay:,.0f} tps (pgbench insert-conflict + select)", replay_rate / base_replay, "≥ 0.5", replay_rate / base_replay >= 0.5)
+
+    view = request(b.base, "POST", "/api/exports", token, {"report": "customers", "time_range": {"preset": "yesterday"}}, key="bench-get")
+    get = lua(folder, "get.lua", f'wrk.method = "GET"\nwrk.path = "/api/exports/{view["id"]}"\nwrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_TOKEN")\n')
+    rate, pct = wrk(b.base, token, get, 100, latency=True)
+    p99 = pct.get("99", "?")
+    p99_ms = float(p99[:-2]) if p99.endswith("ms") else float(p99[:-2]) / 1000 if p99.endswith("us") else float(p99[:-1]) * 1000
+    figure("PostgreSQL: GET /api/exports/{id}, 100 clients", f"p50 {pct.get('50')}, p99 {p99}, {rate:,.0f} req/s", "", None, "p99 < 5 ms", p99_ms < 5)
+
+
+def claim_figure(b, token):
+    """Figure 6: 10,000 queued tiny exports drained by 4 worker processes."""
+    b.sql("DELETE FROM export_events; DELETE FROM exports")
+    seed = request(b.base, "POST", "/api/exports", token, {"report": "customers", "time_range": {"preset": "yesterday"}}, key="claim-template")
+    cols = "tenant_id, actor_id, fingerprint, report, request, resolved, deployment, status, generation, attempt, rows_written, artifact_expired, created_at, updated_at"
+    b.sql(f"INSERT INTO exports (id, idempotency_key, {cols}) SELECT 'exp_claim' || g, 'claim-' || g, {cols} FROM exports, generate_series(1, 9999) g "
+          f"WHERE id = '{seed['id']}'; ANALYZE exports")
+    workers_started = time.monotonic()
+    for _ in range(4):
+        b.spawn("worker", "--concurrency", "2")
+    while True:
+        left = int(b.sql("SELECT COUNT(*) FROM exports WHERE status <> 'ready'"))
+        if left == 0:
+            break
+        failed = int(b.sql("SELECT COUNT(*) FROM exports WHERE status IN ('failed', 'cancelled')"))
+        if failed:
+            raise SystemExit(f"{failed} tiny exports failed")
+        time.sleep(0.2)
+    took = time.monotonic() - workers_started
+    twice = int(b.sql("SELECT COUNT(*) FROM (SELECT export_id FROM export_events WHERE to_status = 'running' GROUP BY export_id HAVING COUNT(*) > 1) t"))
+    figure("PostgreSQL: 10,000 queued tiny exports drained by 4 worker processes", f"{10_000 / took:,.0f} jobs/s ({took:.1f} s)", "",
+           None, "no job run twice", twice == 0)
+
+
+def wasm_figure():
+    pkg = os.path.join(ARGS.site, "pkg")
+    wasm = next(os.path.join(pkg, f) for f in os.listdir(pkg) if f.endswith(".wasm"))
+    raw = open(wasm, "rb").read()
+    gz = len(gzip.compress(raw, 9))
+    figure("Release wasm", f"{len(raw) / 1024:,.0f} KiB raw, {gz / 1024:,.0f} KiB gzipped", "", None, "≤ 250 KB gzipped", gz <= 250_000)
+
+
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal")) / 1024 / 1024
+    pg = subprocess.run(["psql", ARGS.admin_url, "-qtAX", "-c", "SHOW server_version"], capture_output=True, text=True).stdout.strip()
+    lite = subprocess.run(["sqlite3", "--version"], capture_output=True, text=True).stdout.split()[0]
+    return f"{os.cpu_count()} × {cpu}, {mem:.0f} GiB, {platform.system()} {platform.release()}; PostgreSQL {pg}; sqlite3 {lite}"
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--exe", required=True)
+    p.add_argument("--site", required=True)
+    p.add_argument("--admin-url", required=True)
+    p.add_argument("--orders", type=int, default=1_000_000)
+    p.add_argument("--out", required=True)
+    ARGS = p.parse_args()
+    work = tempfile.mkdtemp(prefix="exportd-bench-")
+    pg_url = ARGS.admin_url.rsplit("/", 1)[0] + "/exportd_bench"
+    subprocess.run(["psql", ARGS.admin_url, "-qX", "-c", "DROP DATABASE IF EXISTS exportd_bench WITH (FORCE)", "-c", "CREATE DATABASE exportd_bench"], check=True)
+    backends = [Backend("PostgreSQL", pg_url, os.path.join(work, "pg")), Backend("SQLite", f"sqlite://{work}/sqlite/exportd.db", os.path.join(work, "sqlite"))]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    try:
+        for b in backends:
+            os.makedirs(b.folder, exist_ok=True)
+            log(f"{b.name}: seeding {ARGS.orders:,} orders per tenant")
+            t = time.monotonic()
+            b.run("seed", "--demo", "--orders", str(ARGS.orders))
+            log(f"{b.name}: seeded in {time.monotonic() - t:.0f} s")
+            if b.name == "PostgreSQL":
+                b.sql("VACUUM ANALYZE")
+            admin = b.run("token", "create", "alice@acme.test").strip()
+            exports_figures(b, admin)
+            latency_empty = create_latency(b, admin, "empty")
+            fill_exports(b, 1_000_000)
+            latency_full = create_latency(b, admin, "full")
+            figure(f"{b.name}: create latency (p50 of 200, one client) with 0 → 1M rows in exports",
+                   f"{latency_empty:.2f} → {latency_full:.2f} ms", f"{latency_empty:.2f} ms (empty table)", latency_empty / latency_full, "flat (≥ 0.8)", latency_empty / latency_full >= 0.8)
+            if b.name == "PostgreSQL":
+                http_figures(b, admin, work)
+                claim_figure(b, admin)
+            b.stop_all()
+        wasm_figure()
+    finally:
+        for b in backends:
+            b.stop_all()
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Measured by `scripts/bench.sh` ({ARGS.orders:,} demo orders per tenant) on {started}: {machine()}.",
+        "Each figure stands beside its baseline, measured in the same run on the same machine; the ratio is the baseline's",
+        "time over ours (or our rate over the baseline's), so 1.0 means as fast as the baseline.",
+        "",
+        "| figure | exportd | baseline | ratio | goal | |",
+        "|---|---|---|---|---|---|",
+        *[f"| {' | '.join(r)} |" for r in ROWS],
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    os.makedirs(os.path.dirname(ARGS.out), exist_ok=True)
+    with open(ARGS.out, "w") as f:
+        f.write(text)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
