@@ -245,6 +245,7 @@ def http_figures(b, token, folder):
     """Figures 3 (create latency) to 5, on PostgreSQL."""
     body = json.dumps({"report": "customers", "time_range": {"preset": "yesterday"}}).replace('"', '\\"')
     common = f"""wrk.method = "POST"
+wrk.path = "/api/exports"
 wrk.body = "{body}"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_TOKEN")

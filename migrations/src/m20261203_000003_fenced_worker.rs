@@ -12,6 +12,7 @@ pub struct Migration;
 enum Exports {
     Table,
     PreviousStatus,
+    ActorId,
     TenantId,
     Status,
     CreatedAt,
@@ -136,6 +137,10 @@ impl MigrationTrait for Migration {
                     .to_owned(),
             )
             .await?;
+        // The per-actor limit counts an actor's unfinished exports; their finished history must not slow it.
+        manager
+            .create_index(Index::create().name("exports_actor_status").table(Exports::Table).col(Exports::ActorId).col(Exports::Status).to_owned())
+            .await?;
         for (name, col) in [
             ("exports_status_lease", Exports::LeaseExpiresAt),
             ("exports_status_artifact_expiry", Exports::ArtifactExpiresAt),
@@ -147,7 +152,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for name in ["exports_status_finished", "exports_status_artifact_expiry", "exports_status_lease", "exports_tenant_status"] {
+        for name in ["exports_status_finished", "exports_status_artifact_expiry", "exports_status_lease", "exports_actor_status", "exports_tenant_status"] {
             manager.drop_index(Index::drop().name(name).table(Exports::Table).to_owned()).await?;
         }
         if manager.get_database_backend() != DbBackend::Sqlite {

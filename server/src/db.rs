@@ -23,17 +23,29 @@ pub async fn connect(url: &str) -> Result<DatabaseConnection, DbErr> {
     connect_pool(url, API_POOL).await
 }
 
-/// The two pools of a worker running `concurrency` jobs: a small one for short statements
-/// (claims, heartbeats, transitions), and one connection per job for snapshot reads, so long
-/// reads never starve the heartbeats that keep leases alive.
-pub async fn worker_pools(url: &str, concurrency: usize) -> Result<(DatabaseConnection, DatabaseConnection), DbErr> {
-    let control = connect_pool(url, 4 + (concurrency as u32).div_ceil(4)).await?;
-    let snapshots = connect_pool(url, concurrency as u32).await?;
+/// The connections of a worker running `concurrency` jobs: a small pool for short statements
+/// (claims, heartbeats, transitions), and apart from it, where snapshots are read — on
+/// PostgreSQL one connection per job, on SQLite the file (each snapshot opens its own
+/// read-only connection) — so long reads never starve the heartbeats that keep leases alive.
+pub async fn worker_pools(url: &str, concurrency: usize) -> Result<(DatabaseConnection, crate::worker::snapshot::Source), DbErr> {
+    use crate::worker::snapshot::Source;
+    // Opened in full at start, so a heartbeat never waits for a new connection to be set up.
+    let size = 4 + (concurrency as u32).div_ceil(4);
+    let control = connect_pool_with(url, size, size).await?;
+    let snapshots = match control.get_database_backend() {
+        DbBackend::Postgres => Source::Postgres(connect_pool(url, concurrency as u32).await?.get_postgres_connection_pool().clone()),
+        _ => Source::Sqlite(sqlite_path(url).ok_or_else(|| DbErr::Custom("a worker needs a SQLite database file, not an in-memory one".into()))?.into()),
+    };
     Ok((control, snapshots))
 }
 
 /// Opens a pool of at most `max` connections.
 pub async fn connect_pool(url: &str, max: u32) -> Result<DatabaseConnection, DbErr> {
+    connect_pool_with(url, 1, max).await
+}
+
+/// Opens a pool of `min` to `max` connections.
+pub async fn connect_pool_with(url: &str, min: u32, max: u32) -> Result<DatabaseConnection, DbErr> {
     if let Some(path) = sqlite_path(url) {
         if let Some(parent) = std::path::Path::new(&path).parent() {
             if !parent.as_os_str().is_empty() {
@@ -43,7 +55,7 @@ pub async fn connect_pool(url: &str, max: u32) -> Result<DatabaseConnection, DbE
     }
     let mut opt = ConnectOptions::new(url.to_owned());
     opt.max_connections(max.max(1))
-        .min_connections(1)
+        .min_connections(min.clamp(1, max.max(1)))
         .acquire_timeout(Duration::from_secs(30))
         .sqlx_logging(false)
         .map_sqlx_sqlite_opts(|o| {

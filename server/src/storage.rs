@@ -8,7 +8,6 @@
 use crate::config::Config;
 use crate::error::AppError;
 use futures::stream::BoxStream;
-use futures::StreamExt;
 use object_store::aws::{AmazonS3Builder, S3CopyIfNotExists};
 use bytes::BytesMut;
 use object_store::local::LocalFileSystem;
@@ -82,15 +81,16 @@ impl ExportStore {
         StagingUpload { objects: self.objects.clone(), key: key.clone(), pending: BytesMut::new(), multipart: None }
     }
 
-    /// Reads an object through and returns its size and hex SHA-256.
+    /// Reads an object through, in ranges of [`PART_BYTES`], and returns its size and hex SHA-256.
     pub async fn digest(&self, key: &Path) -> Result<(u64, String), object_store::Error> {
-        let mut stream = self.objects.get(key).await?.into_stream();
+        let size = self.objects.head(key).await?.size;
         let mut hasher = Sha256::new();
-        let mut size = 0u64;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk?;
-            size += chunk.len() as u64;
-            hasher.update(&chunk);
+        let mut at = 0u64;
+        while at < size {
+            let end = (at + PART_BYTES as u64).min(size);
+            let range = self.objects.get_range(key, at..end).await?;
+            hasher.update(&range);
+            at = end;
         }
         Ok((size, hex::encode(hasher.finalize())))
     }

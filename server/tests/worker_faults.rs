@@ -167,7 +167,8 @@ on_both_backends!(the_role_revoked_through_the_cli_during_generation_fails_the_e
 });
 
 on_both_backends!(rows_changed_while_exporting_leave_the_file_equal_to_the_snapshot, |backend| {
-    let app = app_with_worker(backend, 6_000).await;
+    // Enough rows (about 4 MB) that the snapshot is still being read while the worker is held.
+    let app = app_with_worker(backend, 30_000).await;
     let alice = app.login("alice@acme.test").await;
     let body = everything("orders");
     let before: Vec<(i64, String)> = {

@@ -120,7 +120,8 @@ on_both_backends!(a_worker_paused_after_publishing_past_its_lease_cannot_release
 });
 
 on_both_backends!(twenty_jobs_at_once_keep_their_leases_while_each_holds_its_snapshot, |backend| {
-    let p = Prepared::new(backend, 300).await;
+    // Enough rows that each job is still reading its snapshot while it sits mid-stream.
+    let p = Prepared::new(backend, 10_000).await;
     let (_api, base) = p.api().await;
     let api = Api::new(&base, &p.token);
     let mut w = p.worker("w", &[("FAILPOINTS", "mid_stream=sleep(5000)")], &["--concurrency", "20"]);
@@ -140,7 +141,10 @@ on_both_backends!(twenty_jobs_at_once_keep_their_leases_while_each_holds_its_sna
     // While every job sits mid-stream holding its snapshot, each lease keeps being renewed.
     for _ in 0..16 {
         let expired = scalar(&db, &format!("SELECT COUNT(*) FROM exports WHERE status = 'running' AND lease_expires_at < {now}")).await;
-        assert_eq!(expired, 0, "a lease expired while its worker was alive");
+        if expired > 0 {
+            let detail = text(&db, &format!("SELECT id || ' lease ' || CAST(lease_expires_at - {now} AS TEXT) || ' ms, rows ' || CAST(rows_written AS TEXT) || '/' || COALESCE(CAST(rows_total AS TEXT), '?') FROM exports WHERE status = 'running' AND lease_expires_at < {now}")).await;
+            panic!("a lease expired while its worker was alive: {detail:?}");
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     for id in &ids {

@@ -6,7 +6,7 @@ use crate::error::AppError;
 use crate::server::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::{header, request::Parts, Method};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+use sea_orm::ConnectionTrait;
 
 /// How the caller proved who it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,31 +36,57 @@ pub struct Actor {
     pub via: AuthVia,
 }
 
-/// Loads an active user and their tenant as an actor; `None` when the user is unknown or inactive.
-pub async fn load_active_actor<C: ConnectionTrait>(
-    db: &C,
-    user_id: &str,
-    via: AuthVia,
-) -> Result<Option<Actor>, AppError> {
-    let Some(user) = users::Entity::find_by_id(user_id.to_owned()).one(db).await? else {
-        return Ok(None);
-    };
-    if !user.active {
-        return Ok(None);
-    }
-    let Some(role) = Role::parse(&user.role) else { return Ok(None) };
-    let Some(tenant) = tenants::Entity::find_by_id(user.tenant_id.clone()).one(db).await? else {
-        return Ok(None);
-    };
-    Ok(Some(Actor {
-        user_id: user.id,
-        email: user.email,
-        role,
-        tenant_id: tenant.id,
-        tenant_slug: tenant.slug,
-        deployment: tenant.deployment,
-        via,
-    }))
+/// The columns of an actor, read in one query: the user joined to their tenant.
+fn actor_query() -> sea_orm::sea_query::SelectStatement {
+    use sea_orm::sea_query::{Expr, ExprTrait, Query};
+    Query::select()
+        .columns([(users::Entity, users::Column::Id), (users::Entity, users::Column::Email), (users::Entity, users::Column::Role)])
+        .columns([(tenants::Entity, tenants::Column::Id), (tenants::Entity, tenants::Column::Slug), (tenants::Entity, tenants::Column::Deployment)])
+        .from(users::Entity)
+        .inner_join(tenants::Entity, Expr::col((tenants::Entity, tenants::Column::Id)).equals((users::Entity, users::Column::TenantId)))
+        .and_where(Expr::col((users::Entity, users::Column::Active)).eq(true))
+        .to_owned()
+}
+
+/// Runs an actor query; `None` when no active user matched (or their role is unknown).
+async fn one_actor<C: ConnectionTrait>(db: &C, query: sea_orm::sea_query::SelectStatement, via: AuthVia) -> Result<Option<Actor>, AppError> {
+    let backend = db.get_database_backend();
+    let Some(row) = db.query_one_raw(backend.build(&query)).await? else { return Ok(None) };
+    let text = |i: usize| row.try_get_by_index::<String>(i);
+    let Some(role) = Role::parse(&text(2)?) else { return Ok(None) };
+    Ok(Some(Actor { user_id: text(0)?, email: text(1)?, role, tenant_id: text(3)?, tenant_slug: text(4)?, deployment: text(5)?, via }))
+}
+
+/// Loads an active user and their tenant as an actor, in one query; `None` when the user is
+/// unknown or inactive.
+pub async fn load_active_actor<C: ConnectionTrait>(db: &C, user_id: &str, via: AuthVia) -> Result<Option<Actor>, AppError> {
+    use sea_orm::sea_query::{Expr, ExprTrait};
+    let mut query = actor_query();
+    query.and_where(Expr::col((users::Entity, users::Column::Id)).eq(user_id));
+    one_actor(db, query, via).await
+}
+
+/// The actor of an unrevoked API token (by its hash), in one query.
+async fn actor_of_token<C: ConnectionTrait>(db: &C, token_hash: String) -> Result<Option<Actor>, AppError> {
+    use sea_orm::sea_query::{Expr, ExprTrait};
+    let mut query = actor_query();
+    query
+        .inner_join(api_tokens::Entity, Expr::col((api_tokens::Entity, api_tokens::Column::UserId)).equals((users::Entity, users::Column::Id)))
+        .and_where(Expr::col((api_tokens::Entity, api_tokens::Column::TokenHash)).eq(token_hash))
+        .and_where(Expr::col((api_tokens::Entity, api_tokens::Column::RevokedAt)).is_null());
+    one_actor(db, query, AuthVia::Token).await
+}
+
+/// The actor of a live session (by its hash), in one query.
+async fn actor_of_session<C: ConnectionTrait>(db: &C, session_hash: String, secret: String, now_ms: i64) -> Result<Option<Actor>, AppError> {
+    use sea_orm::sea_query::{Expr, ExprTrait};
+    let mut query = actor_query();
+    query
+        .inner_join(sessions::Entity, Expr::col((sessions::Entity, sessions::Column::UserId)).equals((users::Entity, users::Column::Id)))
+        .and_where(Expr::col((sessions::Entity, sessions::Column::Id)).eq(session_hash))
+        .and_where(Expr::col((sessions::Entity, sessions::Column::RevokedAt)).is_null())
+        .and_where(Expr::col((sessions::Entity, sessions::Column::ExpiresAt)).gt(now_ms));
+    one_actor(db, query, AuthVia::Session(secret)).await
 }
 
 /// The value of our session cookie in a request, if any.
@@ -82,33 +108,15 @@ impl FromRequestParts<AppState> for Actor {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Actor, AppError> {
         let now = state.now_ms();
-        let (user_id, via) = if let Some(auth) = parts.headers.get(header::AUTHORIZATION) {
-            let token = auth
-                .to_str()
-                .ok()
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .ok_or(AppError::Unauthenticated)?;
-            let row = api_tokens::Entity::find()
-                .filter(api_tokens::Column::TokenHash.eq(hash_secret(token.trim())))
-                .filter(api_tokens::Column::RevokedAt.is_null())
-                .one(&state.db)
-                .await?
-                .ok_or(AppError::Unauthenticated)?;
-            (row.user_id, AuthVia::Token)
+        let actor = if let Some(auth) = parts.headers.get(header::AUTHORIZATION) {
+            let token = auth.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or(AppError::Unauthenticated)?;
+            actor_of_token(&state.db, hash_secret(token.trim())).await?
         } else if let Some(secret) = session_secret(parts) {
-            let row = sessions::Entity::find_by_id(hash_secret(&secret))
-                .filter(sessions::Column::RevokedAt.is_null())
-                .filter(sessions::Column::ExpiresAt.gt(now))
-                .one(&state.db)
-                .await?
-                .ok_or(AppError::Unauthenticated)?;
-            (row.user_id, AuthVia::Session(secret))
+            actor_of_session(&state.db, hash_secret(&secret), secret, now).await?
         } else {
             return Err(AppError::Unauthenticated);
         };
-        let actor = load_active_actor(&state.db, &user_id, via)
-            .await?
-            .ok_or(AppError::Unauthenticated)?;
+        let actor = actor.ok_or(AppError::Unauthenticated)?;
         let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
         if !safe && matches!(actor.via, AuthVia::Session(_)) {
             require_same_origin(parts)?;

@@ -63,14 +63,28 @@ pub struct FilterSpec {
     pub sql: &'static str,
 }
 
+/// A table joined to complete each row.
+#[derive(Debug)]
+pub struct Join {
+    /// The joined table.
+    pub table: &'static str,
+    /// Its alias.
+    pub alias: &'static str,
+    /// The join condition; it names the tenant, so a row can never be completed with another
+    /// tenant's data.
+    pub on: &'static str,
+    /// Whether exactly one row matches each main row (a foreign key guarantees it), so that
+    /// counting the main table's rows counts the report's.
+    pub one_per_row: bool,
+}
+
 /// The tables a report reads: one table, and the joins that complete each row.
 #[derive(Debug)]
 pub struct Source {
     /// The main table and its alias.
     pub table: (&'static str, &'static str),
-    /// Joined tables: (table, alias, condition). Every join names the tenant, so a row can
-    /// never be completed with another tenant's data.
-    pub joins: &'static [(&'static str, &'static str, &'static str)],
+    /// Joined tables.
+    pub joins: &'static [Join],
     /// The main table's tenant column.
     pub tenant_sql: &'static str,
     /// The order of the file's rows: the main table's key.
@@ -126,7 +140,8 @@ pub static ORDERS: ReportSpec = ReportSpec {
     ],
     source: Source {
         table: ("orders", "o"),
-        joins: &[("customers", "c", "c.tenant_id = o.tenant_id AND c.id = o.customer_id")],
+        // `orders (tenant_id, customer_id)` references `customers (tenant_id, id)`.
+        joins: &[Join { table: "customers", alias: "c", on: "c.tenant_id = o.tenant_id AND c.id = o.customer_id", one_per_row: true }],
         tenant_sql: "o.tenant_id",
         order_sql: "o.id",
     },
@@ -199,12 +214,12 @@ mod tests {
             assert_eq!(report.time_sql(), time.sql);
             let alias = report.source.table.1;
             assert!(report.source.tenant_sql.starts_with(&format!("{alias}.")), "{}", report.name);
-            for (_, join_alias, on) in report.source.joins {
-                assert!(on.contains(&format!("{join_alias}.tenant_id = {alias}.tenant_id")), "{}: join {join_alias} names the tenant", report.name);
+            for join in report.source.joins {
+                assert!(join.on.contains(&format!("{}.tenant_id = {alias}.tenant_id", join.alias)), "{}: join {} names the tenant", report.name, join.alias);
             }
             for c in report.columns {
                 let table = c.sql.split('.').next().unwrap();
-                assert!(table == alias || report.source.joins.iter().any(|j| j.1 == table), "{}.{} reads from its source", report.name, c.name);
+                assert!(table == alias || report.source.joins.iter().any(|j| j.alias == table), "{}.{} reads from its source", report.name, c.name);
             }
         }
     }

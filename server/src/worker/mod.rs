@@ -29,8 +29,8 @@ pub struct WorkerContext {
     /// The pool of short statements: claims, heartbeats, transitions, authority checks. Kept
     /// apart from the snapshots, so a worker busy with long reads still renews its leases.
     pub db: DatabaseConnection,
-    /// The pool of snapshot reads: one connection per job running.
-    pub snapshots: DatabaseConnection,
+    /// Where snapshots are read: on PostgreSQL a pool of one connection per job running.
+    pub snapshots: snapshot::Source,
     /// The configuration.
     pub config: Arc<Config>,
     /// What this worker serves.
@@ -88,7 +88,9 @@ pub async fn run(ctx: WorkerContext) {
     }
     while tasks.join_next().await.is_some() {}
     ctx.db.close_by_ref().await.ok();
-    ctx.snapshots.close_by_ref().await.ok();
+    if let snapshot::Source::Postgres(pool) = &ctx.snapshots {
+        pool.close().await;
+    }
 }
 
 async fn claim_loop(ctx: WorkerContext) {

@@ -1,19 +1,76 @@
-//! The snapshot an export is written from (SPEC §5.4): one read transaction (REPEATABLE READ
-//! READ ONLY on PostgreSQL, one read transaction on SQLite) in which the rows are counted and
-//! then streamed by a single query built from the report registry. The file shows the data as
-//! of the worker's snapshot, whatever changes meanwhile.
+//! The snapshot an export is written from (SPEC §5.4): one read transaction in which the rows
+//! are counted and then read by a single query built from the report registry. The file shows
+//! the data as of the worker's snapshot, whatever changes meanwhile.
+//!
+//! A producer reads the snapshot and writes CSV chunks into a bounded channel; the attempt hashes
+//! and uploads them as they come, so reading and uploading overlap and memory stays flat. Each
+//! backend reads the way its database is fastest at:
+//! - PostgreSQL: `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`, then the rows as
+//!   `COPY (SELECT …) TO STDOUT (FORMAT binary)` — the database's own dump path, with no
+//!   formatting on the server — decoded here into CSV.
+//! - SQLite: one read transaction on a read-only connection of its own (rusqlite, in a blocking
+//!   thread), stepping the statement and writing each row as it comes.
+//!
+//! Both write every cell through [`CsvEncoder`], so defusing, money and instants follow one rule.
 
 use crate::exports::reports::{ColumnSpec, ColumnType, FilterTest, ReportSpec};
 use crate::worker::csv_cells::CsvEncoder;
 use app::{ExportRequest, ResolvedContract};
-use sea_orm::sea_query::{Alias, Expr, ExprTrait, JoinType, Order, Query, SelectStatement};
-use sea_orm::{AccessMode, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel, QueryResult, Statement, TransactionTrait};
+use bytes::{Buf, BytesMut};
+use futures::StreamExt;
+use sea_orm::sea_query::{Alias, Expr, ExprTrait, JoinType, Order, PostgresQueryBuilder, Query, SelectStatement, SqliteQueryBuilder};
+use sea_orm::sqlx;
+use sea_orm::DbBackend;
+use tokio::sync::mpsc;
 
-/// The two queries of one export's snapshot.
+/// Bytes of CSV gathered before a chunk is handed over.
+pub const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Chunks in flight between the producer and the upload.
+const CHUNKS_IN_FLIGHT: usize = 4;
+
+/// What a producer hands over.
+#[derive(Debug)]
+pub enum Produced {
+    /// The snapshot's row count, before any row.
+    Counted(i64),
+    /// CSV bytes, and the data rows written so far.
+    Chunk(Vec<u8>, i64),
+}
+
+/// Why reading the snapshot failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The database failed.
+    #[error("database: {0}")]
+    Database(String),
+    /// The rows were not what the registry says.
+    #[error("unexpected data: {0}")]
+    Data(String),
+    /// Writing CSV failed.
+    #[error("writing CSV: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+impl From<sqlx::Error> for SnapshotError {
+    fn from(e: sqlx::Error) -> Self {
+        SnapshotError::Database(e.to_string())
+    }
+}
+
+impl From<rusqlite::Error> for SnapshotError {
+    fn from(e: rusqlite::Error) -> Self {
+        SnapshotError::Database(e.to_string())
+    }
+}
+
+/// The two queries of one export's snapshot, and the file's columns.
 #[derive(Debug, Clone)]
 pub struct Plan {
     /// The file's columns, in order.
     pub columns: Vec<&'static ColumnSpec>,
+    /// Whether the file starts with a UTF-8 byte order mark.
+    pub bom: bool,
     count: SelectStatement,
     rows: SelectStatement,
 }
@@ -46,14 +103,12 @@ impl Plan {
             .map(|name| report.column(name).ok_or_else(|| format!("{} has no column {name:?}", report.name)))
             .collect::<Result<Vec<_>, _>>()?;
         let (table, alias) = report.source.table;
-        let mut base = Query::select();
-        base.from_as(Alias::new(table), Alias::new(alias));
-        for (table, alias, on) in report.source.joins {
-            base.join_as(JoinType::InnerJoin, Alias::new(*table), Alias::new(*alias), Expr::cust(*on));
-        }
-        base.and_where(Expr::cust(report.source.tenant_sql).eq(tenant_id))
+        let mut rows = Query::select();
+        rows.from_as(Alias::new(table), Alias::new(alias));
+        rows.and_where(Expr::cust(report.source.tenant_sql).eq(tenant_id))
             .and_where(Expr::cust(report.time_sql()).gte(millis(&resolved.from)?))
             .and_where(Expr::cust(report.time_sql()).lt(millis(&resolved.to)?));
+        let mut main_table_only = true;
         for (name, value) in &request.filters {
             let filter = report.filter(name).ok_or_else(|| format!("{} has no filter {name:?}", report.name))?;
             let amount = || value.as_f64().ok_or_else(|| format!("filter {name} is not a number"));
@@ -62,59 +117,271 @@ impl Plan {
                 FilterTest::AtLeast => Expr::cust(filter.sql).gte(to_cents(amount()?, f64::ceil)),
                 FilterTest::AtMost => Expr::cust(filter.sql).lte(to_cents(amount()?, f64::floor)),
             };
-            base.and_where(test);
+            main_table_only &= filter.sql.starts_with(&format!("{alias}."));
+            rows.and_where(test);
         }
-        let mut count = base.clone();
+        // Every join matches exactly one row (a foreign key says so), so when no filter needs a
+        // joined table the rows can be counted on the main table alone.
+        let mut count = rows.clone();
+        for join in report.source.joins {
+            rows.join_as(JoinType::InnerJoin, Alias::new(join.table), Alias::new(join.alias), Expr::cust(join.on));
+            if !(join.one_per_row && main_table_only) {
+                count.join_as(JoinType::InnerJoin, Alias::new(join.table), Alias::new(join.alias), Expr::cust(join.on));
+            }
+        }
         count.expr(Expr::cust("COUNT(*)"));
-        let mut rows = base;
         for column in &columns {
             rows.expr(Expr::cust(column.sql));
         }
         rows.order_by_expr(Expr::cust(report.source.order_sql), Order::Asc);
-        Ok(Plan { columns, count, rows })
+        Ok(Plan { columns, bom: request.options.bom, count, rows })
     }
 
-    /// The query that counts the rows.
-    pub fn count_statement(&self, backend: DbBackend) -> Statement {
-        backend.build(&self.count)
+    /// The query that counts the rows, with its values inlined (escaped by the query builder).
+    pub fn count_sql(&self, backend: DbBackend) -> String {
+        match backend {
+            DbBackend::Postgres => self.count.to_string(PostgresQueryBuilder),
+            _ => self.count.to_string(SqliteQueryBuilder),
+        }
     }
 
-    /// The query that reads the rows, in file order.
-    pub fn rows_statement(&self, backend: DbBackend) -> Statement {
-        backend.build(&self.rows)
+    /// The query that reads the rows, in file order, with its values inlined.
+    pub fn rows_sql(&self, backend: DbBackend) -> String {
+        match backend {
+            DbBackend::Postgres => self.rows.to_string(PostgresQueryBuilder),
+            _ => self.rows.to_string(SqliteQueryBuilder),
+        }
     }
 
-    /// Writes one row of the rows query as a CSV record.
-    pub fn write_row(&self, row: &QueryResult, csv: &mut CsvEncoder) -> Result<(), RowError> {
-        for (i, column) in self.columns.iter().enumerate() {
-            match column.ty {
-                ColumnType::Text => csv.text(&row.try_get_by_index::<String>(i)?)?,
-                ColumnType::Integer => csv.integer(row.try_get_by_index::<i64>(i)?)?,
-                ColumnType::Money => csv.money(row.try_get_by_index::<i64>(i)?)?,
-                ColumnType::Timestamp => csv.instant(row.try_get_by_index::<i64>(i)?)?,
+    fn encoder(&self) -> Result<CsvEncoder, SnapshotError> {
+        let header: Vec<&str> = self.columns.iter().map(|c| c.name).collect();
+        Ok(CsvEncoder::new(self.bom, &header)?)
+    }
+}
+
+/// Where a snapshot is read from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A PostgreSQL pool of snapshot connections.
+    Postgres(sqlx::PgPool),
+    /// A SQLite database file.
+    Sqlite(std::path::PathBuf),
+}
+
+/// Starts reading `plan`'s snapshot; chunks arrive on the receiver. Dropping the receiver stops
+/// the producer; its result arrives when it has stopped.
+pub fn produce(source: &Source, plan: Plan) -> (mpsc::Receiver<Produced>, tokio::task::JoinHandle<Result<(), SnapshotError>>) {
+    let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
+    let handle = match source.clone() {
+        Source::Postgres(pool) => tokio::spawn(async move { produce_postgres(pool, plan, tx).await }),
+        Source::Sqlite(path) => tokio::task::spawn_blocking(move || produce_sqlite(&path, &plan, &tx)),
+    };
+    (rx, handle)
+}
+
+/// The receiver is gone: the attempt stopped reading.
+#[derive(Debug)]
+struct Stopped;
+
+impl From<Stopped> for SnapshotError {
+    fn from(_: Stopped) -> Self {
+        SnapshotError::Data("the attempt stopped reading".into())
+    }
+}
+
+/// Writes rows into `csv` and sets a chunk aside whenever it is full, for the producer to send.
+struct Chunker {
+    csv: CsvEncoder,
+    rows: i64,
+    ready: Vec<Produced>,
+}
+
+impl Chunker {
+    fn new(plan: &Plan) -> Result<Chunker, SnapshotError> {
+        Ok(Chunker { csv: plan.encoder()?, rows: 0, ready: Vec::new() })
+    }
+
+    fn row_done(&mut self) -> Result<(), SnapshotError> {
+        self.csv.end_row()?;
+        self.rows += 1;
+        if self.csv.buffered() >= CHUNK_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), SnapshotError> {
+        let chunk = self.csv.take()?;
+        self.ready.push(Produced::Chunk(chunk, self.rows));
+        Ok(())
+    }
+}
+
+async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produced>) -> Result<(), SnapshotError> {
+    let mut conn = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *conn).await?;
+    let total: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(plan.count_sql(DbBackend::Postgres))).fetch_one(&mut *conn).await?;
+    tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
+    let mut out = Chunker::new(&plan)?;
+    let mut decoder = CopyBinary::default();
+    {
+        let statement = format!("COPY ({}) TO STDOUT (FORMAT binary)", plan.rows_sql(DbBackend::Postgres));
+        let mut copy = conn.copy_out_raw(&statement).await?;
+        while let Some(message) = copy.next().await {
+            // Rows arrive faster than they are written; a task that never waits would starve the
+            // heartbeats that keep this and every other job's lease alive. Give way now and then.
+            tokio::task::coop::consume_budget().await;
+            decoder.feed(&message?);
+            while let Some(fields) = decoder.next_tuple()? {
+                write_fields(&plan.columns, &fields, &mut out.csv)?;
+                out.row_done()?;
+            }
+            for chunk in out.ready.drain(..) {
+                tx.send(chunk).await.map_err(|_| Stopped)?;
             }
         }
-        Ok(csv.end_row()?)
+    }
+    if !decoder.finished() {
+        return Err(SnapshotError::Data("the COPY stream ended before its trailer".into()));
+    }
+    out.flush()?;
+    for chunk in out.ready.drain(..) {
+        tx.send(chunk).await.map_err(|_| Stopped)?;
+    }
+    conn.commit().await?;
+    Ok(())
+}
+
+/// A cell of a binary COPY tuple: `None` for NULL.
+type Field = Option<bytes::Bytes>;
+
+fn write_fields(columns: &[&ColumnSpec], fields: &[Field], csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
+    if fields.len() != columns.len() {
+        return Err(SnapshotError::Data(format!("{} fields for {} columns", fields.len(), columns.len())));
+    }
+    for (column, field) in columns.iter().zip(fields) {
+        let Some(bytes) = field else {
+            return Err(SnapshotError::Data(format!("{} is NULL", column.name)));
+        };
+        match column.ty {
+            ColumnType::Text => csv.text(std::str::from_utf8(bytes).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
+            ty => {
+                let n = i64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| SnapshotError::Data(format!("{} is not a bigint", column.name)))?);
+                write_number(ty, n, csv)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_number(ty: ColumnType, n: i64, csv: &mut CsvEncoder) -> std::io::Result<()> {
+    match ty {
+        ColumnType::Money => csv.money(n),
+        ColumnType::Timestamp => csv.instant(n),
+        _ => csv.integer(n),
     }
 }
 
-/// A row that could not be read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum RowError {
-    /// A cell did not decode.
-    #[error("reading a cell: {0}")]
-    Read(#[from] DbErr),
-    /// The CSV writer failed.
-    #[error("writing CSV: {0}")]
-    Write(#[from] std::io::Error),
+/// Decodes PostgreSQL's binary COPY format: a signature and header, then tuples (a field
+/// count, and per field a length, −1 for NULL, and its bytes), then a −1 trailer.
+#[derive(Debug, Default)]
+struct CopyBinary {
+    buf: BytesMut,
+    header_read: bool,
+    finished: bool,
 }
 
-/// Opens the snapshot's read transaction.
-pub async fn begin(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
-    match db.get_database_backend() {
-        DbBackend::Postgres => db.begin_with_config(Some(IsolationLevel::RepeatableRead), Some(AccessMode::ReadOnly)).await,
-        _ => db.begin().await,
+const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+
+impl CopyBinary {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
     }
+
+    fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The next complete tuple, if the buffer holds one.
+    fn next_tuple(&mut self) -> Result<Option<Vec<Field>>, SnapshotError> {
+        if !self.header_read {
+            if self.buf.len() < SIGNATURE.len() + 8 {
+                return Ok(None);
+            }
+            if &self.buf[..SIGNATURE.len()] != SIGNATURE {
+                return Err(SnapshotError::Data("not a binary COPY stream".into()));
+            }
+            let extension = u32::from_be_bytes([self.buf[15], self.buf[16], self.buf[17], self.buf[18]]) as usize;
+            if self.buf.len() < 19 + extension {
+                return Ok(None);
+            }
+            self.buf.advance(19 + extension);
+            self.header_read = true;
+        }
+        if self.finished || self.buf.len() < 2 {
+            return Ok(None);
+        }
+        let count = i16::from_be_bytes([self.buf[0], self.buf[1]]);
+        if count == -1 {
+            self.buf.advance(2);
+            self.finished = true;
+            return Ok(None);
+        }
+        // Check the whole tuple is here before taking any of it.
+        let mut at = 2;
+        for _ in 0..count {
+            if self.buf.len() < at + 4 {
+                return Ok(None);
+            }
+            let len = i32::from_be_bytes([self.buf[at], self.buf[at + 1], self.buf[at + 2], self.buf[at + 3]]);
+            at += 4 + Ord::max(len, 0) as usize;
+            if self.buf.len() < at {
+                return Ok(None);
+            }
+        }
+        let mut tuple = self.buf.split_to(at).freeze();
+        tuple.advance(2);
+        let mut fields = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let len = tuple.get_i32();
+            fields.push((len >= 0).then(|| tuple.split_to(len as usize)));
+        }
+        Ok(Some(fields))
+    }
+}
+
+fn produce_sqlite(path: &std::path::Path, plan: &Plan, tx: &mpsc::Sender<Produced>) -> Result<(), SnapshotError> {
+    use rusqlite::types::ValueRef;
+    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    // One read transaction: the count and the rows see the same snapshot.
+    conn.execute_batch("BEGIN")?;
+    let total: i64 = conn.query_row(&plan.count_sql(DbBackend::Sqlite), [], |r| r.get(0))?;
+    tx.blocking_send(Produced::Counted(total)).map_err(|_| Stopped)?;
+    let mut out = Chunker::new(plan)?;
+    let mut statement = conn.prepare(&plan.rows_sql(DbBackend::Sqlite))?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        for (i, column) in plan.columns.iter().enumerate() {
+            match (column.ty, row.get_ref(i)?) {
+                (ColumnType::Text, ValueRef::Text(t)) => out.csv.text(std::str::from_utf8(t).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
+                (ty, ValueRef::Integer(n)) if ty != ColumnType::Text => write_number(ty, n, &mut out.csv)?,
+                (_, other) => return Err(SnapshotError::Data(format!("{} holds {:?}", column.name, other.data_type()))),
+            }
+        }
+        out.row_done()?;
+        for chunk in out.ready.drain(..) {
+            tx.blocking_send(chunk).map_err(|_| Stopped)?;
+        }
+    }
+    out.flush()?;
+    for chunk in out.ready.drain(..) {
+        tx.blocking_send(chunk).map_err(|_| Stopped)?;
+    }
+    drop(rows);
+    drop(statement);
+    conn.execute_batch("COMMIT")?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -131,27 +398,62 @@ mod tests {
         assert_eq!(to_cents(1.105, f64::floor), 110);
     }
 
+    fn resolved(columns: &[&str]) -> ResolvedContract {
+        ResolvedContract {
+            from: "2026-01-01T00:00:00Z".into(),
+            to: "2026-01-02T00:00:00Z".into(),
+            timezone: "UTC".into(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            deployment: "ksa".into(),
+        }
+    }
+
     #[test]
     fn the_snapshot_query_reads_the_registry_columns_of_the_tenant_in_its_interval() {
         let mut request = ExportRequest::new("orders");
         request.filters.insert("status".into(), serde_json::json!(["paid"]));
         request.filters.insert("min_total".into(), serde_json::json!(1.10));
-        let resolved = ResolvedContract {
-            from: "2026-01-01T00:00:00Z".into(),
-            to: "2026-01-02T00:00:00Z".into(),
-            timezone: "UTC".into(),
-            columns: vec!["order_id".into(), "customer_name".into(), "total".into()],
-            deployment: "ksa".into(),
-        };
-        let plan = Plan::new(&ORDERS, &request, &resolved, "ten_acme").unwrap();
-        let rows = plan.rows_statement(DbBackend::Postgres);
+        let plan = Plan::new(&ORDERS, &request, &resolved(&["order_id", "customer_name", "total"]), "ten_'acme").unwrap();
         assert_eq!(
-            rows.sql,
+            plan.rows_sql(DbBackend::Postgres),
             "SELECT o.id, c.name, o.total_cents FROM \"orders\" AS \"o\" INNER JOIN \"customers\" AS \"c\" ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
-             WHERE (o.tenant_id) = $1 AND (o.placed_at) >= $2 AND (o.placed_at) < $3 AND (o.total_cents) >= $4 AND (o.status) IN ($5) ORDER BY o.id ASC"
+             WHERE (o.tenant_id) = E'ten_\\'acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.total_cents) >= 110 AND (o.status) IN ('paid') ORDER BY o.id ASC"
         );
-        let count = plan.count_statement(DbBackend::Sqlite);
-        assert!(count.sql.starts_with("SELECT COUNT(*) FROM \"orders\" AS \"o\" INNER JOIN"), "{}", count.sql);
+        // Every order has exactly one customer: the count needs no join.
+        assert_eq!(
+            plan.count_sql(DbBackend::Sqlite),
+            "SELECT COUNT(*) FROM \"orders\" AS \"o\" WHERE (o.tenant_id) = 'ten_''acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.total_cents) >= 110 AND (o.status) IN ('paid')"
+        );
         assert_eq!(plan.columns.len(), 3);
+    }
+
+    #[test]
+    fn binary_copy_tuples_decode_however_the_stream_is_split() {
+        let mut stream = Vec::new();
+        stream.extend_from_slice(SIGNATURE);
+        stream.extend_from_slice(&0u32.to_be_bytes());
+        stream.extend_from_slice(&0u32.to_be_bytes());
+        for (n, text) in [(-1250i64, "=1+1"), (7, "محمد")] {
+            stream.extend_from_slice(&2i16.to_be_bytes());
+            stream.extend_from_slice(&8i32.to_be_bytes());
+            stream.extend_from_slice(&n.to_be_bytes());
+            stream.extend_from_slice(&(text.len() as i32).to_be_bytes());
+            stream.extend_from_slice(text.as_bytes());
+        }
+        stream.extend_from_slice(&(-1i16).to_be_bytes());
+        let columns = [ORDERS.column("total").unwrap(), ORDERS.column("notes").unwrap()];
+        for split in [1, 3, 7, stream.len()] {
+            let mut decoder = CopyBinary::default();
+            let mut csv = CsvEncoder::new(false, &["total", "notes"]).unwrap();
+            for piece in stream.chunks(split) {
+                decoder.feed(piece);
+                while let Some(fields) = decoder.next_tuple().unwrap() {
+                    write_fields(&columns, &fields, &mut csv).unwrap();
+                    csv.end_row().unwrap();
+                }
+            }
+            assert!(decoder.finished());
+            assert_eq!(String::from_utf8(csv.take().unwrap()).unwrap(), "total,notes\r\n-12.50,'=1+1\r\n0.07,محمد\r\n", "split {split}");
+        }
     }
 }

@@ -13,18 +13,12 @@ use crate::job_store::authority::Authority;
 use crate::job_store::transitions::{self, Artifact, Failure, Outcome, Refusal};
 use crate::job_store::Mover;
 use crate::storage::{artifact_key, staging_key, ExportStore, StagingUpload};
-use crate::worker::csv_cells::CsvEncoder;
 use crate::worker::faults::Injected;
 use crate::worker::lease::{Holding, Lease};
-use crate::worker::snapshot::{self, Plan};
+use crate::worker::snapshot::{self, Plan, Produced};
 use crate::worker::WorkerContext;
-use futures::StreamExt;
 use object_store::path::Path;
-use sea_orm::{ConnectionTrait, StreamTrait};
 use sha2::{Digest, Sha256};
-
-/// Bytes of CSV gathered before they are hashed and handed to the upload.
-pub const CHUNK_BYTES: usize = 256 * 1024;
 
 /// Why an attempt stopped before its release.
 #[derive(Debug)]
@@ -170,8 +164,9 @@ impl Attempt<'_> {
         self.authorised(report, &resolved.columns).await?;
         let plan = Plan::new(report, &request, &resolved, &job.tenant_id).map_err(Stop::internal)?;
 
+        let started = std::time::Instant::now();
         let mut upload = self.store.stage(self.staging);
-        let staged = match self.stream(&plan, request.options.bom, &mut upload).await {
+        let staged = match self.stream(plan, &mut upload).await {
             Ok(staged) => staged,
             Err(stop) => {
                 // Discard the upload, so no incomplete multipart upload is left in the store.
@@ -183,8 +178,10 @@ impl Attempt<'_> {
         };
         // Completing it aborts it on failure.
         upload.finish().await.map_err(Stop::storage)?;
+        let streamed = started.elapsed();
         self.fault("after_staging")?;
         self.validate(&staged).await?;
+        let validated = started.elapsed();
         self.checkpoint()?;
 
         // The fence: still ours and still authorised, checked by the database right before the copy.
@@ -200,6 +197,11 @@ impl Attempt<'_> {
             .await
             .map_err(Stop::internal)?
             .map_err(Stop::refused)?;
+        tracing::info!(
+            export = %job.id, rows = staged.rows, bytes = staged.bytes,
+            stream_ms = streamed.as_millis() as u64, validate_ms = (validated - streamed).as_millis() as u64,
+            publish_ms = (started.elapsed() - validated).as_millis() as u64, "export released"
+        );
         Ok(released)
     }
 
@@ -215,46 +217,41 @@ impl Attempt<'_> {
     }
 
     /// Streams the snapshot as CSV into the upload, hashing and counting as it goes.
-    async fn stream(&self, plan: &Plan, bom: bool, upload: &mut StagingUpload) -> Result<Staged, Stop> {
-        let snapshots = &self.ctx.snapshots;
-        let backend = snapshots.get_database_backend();
-        let txn = snapshot::begin(snapshots).await.map_err(Stop::internal)?;
-        let total_row = txn.query_one_raw(plan.count_statement(backend)).await.map_err(Stop::internal)?;
-        let total = total_row.ok_or_else(|| Stop::internal("COUNT returned no row"))?.try_get_by_index::<i64>(0).map_err(Stop::internal)?;
-        self.lease.counted(total);
-
-        let header: Vec<&str> = plan.columns.iter().map(|c| c.name).collect();
-        let mut csv = CsvEncoder::new(bom, &header).map_err(Stop::internal)?;
+    async fn stream(&self, plan: Plan, upload: &mut StagingUpload) -> Result<Staged, Stop> {
+        let (mut produced, producer) = snapshot::produce(&self.ctx.snapshots, plan);
         let mut hasher = Sha256::new();
-        let (mut rows, mut bytes, mut first_chunk) = (0i64, 0i64, true);
-        {
-            let mut stream = txn.stream_raw(plan.rows_statement(backend)).await.map_err(Stop::internal)?;
-            loop {
-                let row = stream.next().await.transpose().map_err(Stop::internal)?;
-                if let Some(row) = &row {
-                    plan.write_row(row, &mut csv).map_err(Stop::internal)?;
-                    rows += 1;
-                    if csv.buffered() < CHUNK_BYTES {
-                        continue;
+        let (mut rows, mut bytes, mut total, mut first_chunk) = (0i64, 0i64, None, true);
+        let consumed: Result<(), Stop> = async {
+            while let Some(next) = produced.recv().await {
+                match next {
+                    Produced::Counted(n) => {
+                        total = Some(n);
+                        self.lease.counted(n);
+                    }
+                    Produced::Chunk(chunk, written) => {
+                        hasher.update(&chunk);
+                        bytes += chunk.len() as i64;
+                        upload.write(&chunk).await.map_err(Stop::storage)?;
+                        self.fault("each_chunk")?;
+                        rows = written;
+                        self.lease.wrote(rows);
+                        self.checkpoint()?;
+                        if first_chunk {
+                            first_chunk = false;
+                            self.fault("mid_stream")?;
+                        }
                     }
                 }
-                let chunk = csv.take().map_err(Stop::internal)?;
-                hasher.update(&chunk);
-                bytes += chunk.len() as i64;
-                upload.write(&chunk).await.map_err(Stop::storage)?;
-                self.fault("each_chunk")?;
-                self.lease.wrote(rows);
-                self.checkpoint()?;
-                if first_chunk {
-                    first_chunk = false;
-                    self.fault("mid_stream")?;
-                }
-                if row.is_none() {
-                    break;
-                }
             }
+            Ok(())
         }
-        txn.commit().await.map_err(Stop::internal)?;
+        .await;
+        // Stopping early drops the receiver, which stops the producer at its next chunk.
+        drop(produced);
+        let read = producer.await;
+        consumed?;
+        read.map_err(Stop::internal)?.map_err(Stop::internal)?;
+        let total = total.ok_or_else(|| Stop::internal("the snapshot was never counted"))?;
         if rows != total {
             return Err(Stop::internal(format!("wrote {rows} rows but the snapshot counted {total}")));
         }
