@@ -8,6 +8,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261202_000001_init;
 mod m20261202_000002_login_throttle;
 mod m20261203_000003_fenced_worker;
+mod m20261203_000004_claim_index;
 
 /// The ordered list of exportd's migrations.
 pub struct Migrator;
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000001_init::Migration),
             Box::new(m20261202_000002_login_throttle::Migration),
             Box::new(m20261203_000003_fenced_worker::Migration),
+            Box::new(m20261203_000004_claim_index::Migration),
         ]
     }
 }

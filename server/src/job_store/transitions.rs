@@ -381,12 +381,14 @@ pub async fn cancel(db: &DatabaseConnection, id: &str, tenant_id: &str, actor_id
     apply(db, id, update, Mover::User(actor_id), Some("cancel"), false).await
 }
 
-/// Running jobs (and cancels) whose lease ran out by the database's clock: their worker is gone.
-pub async fn lapsed_leases(db: &DatabaseConnection, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
-    let backend = db.get_database_backend();
+// The janitor's lookups take `now` (read once from the database's clock) as a value: a bound
+// value lets the indexes on (status, time) find the rows, where the clock function would not.
+
+/// Running jobs (and cancels) whose lease ran out by `now`: their worker is gone.
+pub async fn lapsed_leases(db: &DatabaseConnection, now: i64, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
     exports::Entity::find()
         .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
-        .filter(Expr::col((exports::Entity, exports::Column::LeaseExpiresAt)).lt(db_now(backend)))
+        .filter(exports::Column::LeaseExpiresAt.lt(now))
         .limit(limit)
         .all(db)
         .await
@@ -394,11 +396,10 @@ pub async fn lapsed_leases(db: &DatabaseConnection, limit: u64) -> Result<Vec<ex
 
 /// Queued jobs that have waited longer than `ttl` (a queued row is not written while it waits,
 /// so `updated_at` is when it started waiting).
-pub async fn overdue_queued(db: &DatabaseConnection, ttl: Duration, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
-    let backend = db.get_database_backend();
+pub async fn overdue_queued(db: &DatabaseConnection, now: i64, ttl: Duration, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
     exports::Entity::find()
         .filter(exports::Column::Status.eq(Queued.as_str()))
-        .filter(Expr::col((exports::Entity, exports::Column::UpdatedAt)).lt(db_now(backend).sub(ttl.as_millis() as i64)))
+        .filter(exports::Column::UpdatedAt.lt(now - ttl.as_millis() as i64))
         .limit(limit)
         .all(db)
         .await
@@ -421,13 +422,17 @@ pub async fn fail_unclaimed(db: &DatabaseConnection, job: &exports::Model, ttl: 
     apply(db, &job.id, update, by, Some(failure.code), false).await
 }
 
-/// Ready jobs whose artifact is past its retention and not yet marked expired.
-pub async fn due_artifacts(db: &DatabaseConnection, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
-    let backend = db.get_database_backend();
-    exports::Entity::find()
+/// Ready jobs whose artifact is past its retention by `now` and not yet marked expired.
+/// Only those of `deployments` (empty: all), since deleting one needs its deployment's store.
+pub async fn due_artifacts(db: &DatabaseConnection, now: i64, deployments: &[String], limit: u64) -> Result<Vec<exports::Model>, DbErr> {
+    let mut find = exports::Entity::find();
+    if !deployments.is_empty() {
+        find = find.filter(exports::Column::Deployment.is_in(deployments.iter().cloned()));
+    }
+    find
         .filter(exports::Column::Status.eq(Ready.as_str()))
+        .filter(exports::Column::ArtifactExpiresAt.lte(now))
         .filter(exports::Column::ArtifactExpired.eq(false))
-        .filter(Expr::col((exports::Entity, exports::Column::ArtifactExpiresAt)).lte(db_now(backend)))
         .limit(limit)
         .all(db)
         .await
@@ -450,12 +455,23 @@ fn finished_before(backend: DbBackend, ttl: Duration) -> Expr {
 
 const TERMINAL: [&str; 3] = ["ready", "failed", "cancelled"];
 
-/// Finished jobs whose record is past its retention.
-pub async fn purgeable(db: &DatabaseConnection, ttl: Duration, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
-    let backend = db.get_database_backend();
-    exports::Entity::find()
+/// Finished jobs whose record is past its retention by `now` (every transition into a
+/// terminal state sets `finished_at`).
+/// A record that still keeps an artifact is one only a janitor of its deployment can purge
+/// (it deletes the file first): with `deployments` (empty: all), only those are listed.
+pub async fn purgeable(db: &DatabaseConnection, now: i64, ttl: Duration, deployments: &[String], limit: u64) -> Result<Vec<exports::Model>, DbErr> {
+    let mut find = exports::Entity::find();
+    if !deployments.is_empty() {
+        find = find.filter(
+            sea_orm::Condition::any()
+                .add(exports::Column::ArtifactKey.is_null())
+                .add(exports::Column::ArtifactExpired.eq(true))
+                .add(exports::Column::Deployment.is_in(deployments.iter().cloned())),
+        );
+    }
+    find
         .filter(exports::Column::Status.is_in(TERMINAL))
-        .filter(finished_before(backend, ttl))
+        .filter(exports::Column::FinishedAt.lt(now - ttl.as_millis() as i64))
         .limit(limit)
         .all(db)
         .await

@@ -72,10 +72,11 @@ pub async fn run(ctx: WorkerContext) {
 pub async fn pass(ctx: &WorkerContext, sweep: bool) -> Result<Pass, DbErr> {
     let mut done = Pass::default();
     let by = Mover::Janitor(&ctx.worker_id);
-    done.leases_expired = expire_leases(ctx, by).await?;
-    done.unclaimed_failed = fail_unclaimed(ctx, by).await?;
-    done.artifacts_expired = expire_artifacts(ctx, by).await?;
-    done.records_purged = purge_records(ctx).await?;
+    let now = db_now_ms(&ctx.db).await?;
+    done.leases_expired = expire_leases(ctx, now, by).await?;
+    done.unclaimed_failed = fail_unclaimed(ctx, now, by).await?;
+    done.artifacts_expired = expire_artifacts(ctx, now, by).await?;
+    done.records_purged = purge_records(ctx, now).await?;
     if sweep {
         for deployment in served_deployments(ctx).await? {
             let Ok(store) = ctx.stores.for_deployment(&deployment) else { continue };
@@ -94,9 +95,9 @@ fn moved(outcome: Outcome) -> usize {
 
 /// Running (or cancel-requested) jobs whose lease ran out: their worker is gone. A crash counts
 /// as an attempt, so a job that always kills its worker ends `failed` (`worker_lost`).
-async fn expire_leases(ctx: &WorkerContext, by: Mover<'_>) -> Result<usize, DbErr> {
+async fn expire_leases(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Result<usize, DbErr> {
     let mut n = 0;
-    for job in transitions::lapsed_leases(&ctx.db, BATCH).await? {
+    for job in transitions::lapsed_leases(&ctx.db, now, BATCH).await? {
         let support_ref = new_support_ref();
         let outcome = transitions::end_attempt(&ctx.db, &job, Failure::WORKER_LOST, &support_ref, &ctx.retry_policy(), by, true).await?;
         if let Outcome::Moved(row) = &outcome {
@@ -108,9 +109,9 @@ async fn expire_leases(ctx: &WorkerContext, by: Mover<'_>) -> Result<usize, DbEr
 }
 
 /// Jobs queued past the queue TTL: no worker serves their deployment.
-async fn fail_unclaimed(ctx: &WorkerContext, by: Mover<'_>) -> Result<usize, DbErr> {
+async fn fail_unclaimed(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Result<usize, DbErr> {
     let mut n = 0;
-    for job in transitions::overdue_queued(&ctx.db, ctx.config.queue_ttl, BATCH).await? {
+    for job in transitions::overdue_queued(&ctx.db, now, ctx.config.queue_ttl, BATCH).await? {
         let support_ref = new_support_ref();
         let outcome = transitions::fail_unclaimed(&ctx.db, &job, ctx.config.queue_ttl, &support_ref, by).await?;
         if matches!(outcome, Outcome::Moved(_)) {
@@ -128,12 +129,9 @@ fn serves(ctx: &WorkerContext, deployment: &str) -> bool {
 
 /// Artifacts past retention: the object is deleted first, then the record marked expired, so
 /// a crash in between only repeats the (idempotent) delete.
-async fn expire_artifacts(ctx: &WorkerContext, by: Mover<'_>) -> Result<usize, DbErr> {
+async fn expire_artifacts(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Result<usize, DbErr> {
     let mut n = 0;
-    for job in transitions::due_artifacts(&ctx.db, BATCH).await? {
-        if !serves(ctx, &job.deployment) {
-            continue;
-        }
+    for job in transitions::due_artifacts(&ctx.db, now, &ctx.worker.deployments, BATCH).await? {
         if !delete_artifact(ctx, &job).await {
             continue;
         }
@@ -157,9 +155,9 @@ async fn delete_artifact(ctx: &WorkerContext, job: &exports::Model) -> bool {
 
 /// Records past retention; an artifact still kept is deleted first (by a janitor that serves
 /// its deployment).
-async fn purge_records(ctx: &WorkerContext) -> Result<usize, DbErr> {
+async fn purge_records(ctx: &WorkerContext, now: i64) -> Result<usize, DbErr> {
     let mut n = 0;
-    for job in transitions::purgeable(&ctx.db, ctx.config.record_ttl, BATCH).await? {
+    for job in transitions::purgeable(&ctx.db, now, ctx.config.record_ttl, &ctx.worker.deployments, BATCH).await? {
         let keeps_artifact = job.artifact_key.is_some() && !job.artifact_expired;
         if keeps_artifact && !(serves(ctx, &job.deployment) && delete_artifact(ctx, &job).await) {
             continue;
