@@ -57,14 +57,15 @@ class Backend:
         self.procs.append(p)
         return p
 
-    def api(self):
+    def api(self, *extra):
+        """Starts `exportd serve` (by default without its worker) and waits for it; returns it."""
         port = free_port()
-        self.spawn("serve", "--no-worker", "--bind", f"127.0.0.1:{port}")
+        p = self.spawn("serve", *(extra or ("--no-worker",)), "--bind", f"127.0.0.1:{port}")
         self.base = f"http://127.0.0.1:{port}"
         for _ in range(600):
             try:
                 urllib.request.urlopen(f"{self.base}/healthz", timeout=1)
-                return
+                return p
             except Exception:
                 time.sleep(0.05)
         raise SystemExit("exportd serve did not start")
@@ -145,10 +146,6 @@ def baseline_dump(b, lo, hi, out):
     return time.monotonic() - started
 
 
-def best(n, f):
-    return min(f() for _ in range(n))
-
-
 def figure(name, ours, baseline, ratio, goal, ok):
     verdict = "" if ok is None else ("met" if ok else "NOT met")
     ROWS.append((name, ours, baseline, "" if ratio is None else f"{ratio:.2f}", goal, verdict))
@@ -158,20 +155,30 @@ def figure(name, ours, baseline, ratio, goal, ok):
 def exports_figures(b, admin_token):
     """Figures 1–3 for one backend."""
     ranges = {n: day_range(b, n) for n in (10_000, 100_000, ARGS.orders)}
-    b.api()
     times, hwm = {}, {}
+    # Each backend as it is deployed: on PostgreSQL an API process and worker processes (woken by
+    # NOTIFY); on SQLite one `serve` process whose worker the API wakes in-process.
+    api = b.api() if b.name == "PostgreSQL" else None
+    out = os.path.join(b.folder, "baseline.csv")
+    base_runs = []
     for n in (100_000, ARGS.orders, 10_000):
-        rng, _, _ = ranges[n]
-        worker = b.spawn("worker", "--concurrency", "1")
+        rng, lo, hi = ranges[n]
+        worker = b.spawn("worker", "--concurrency", "1") if api else b.api("--concurrency", "1")
         time.sleep(1)
-        runs = [export(b, admin_token, rng) for _ in range(2)]
+        runs = []
+        # The whole dataset alternates with the database's own dump of the same query, so that
+        # both meet the same moments of a shared machine; each side's best run counts.
+        for _ in range(3 if n == ARGS.orders else 2):
+            runs.append(export(b, admin_token, rng))
+            if n == ARGS.orders:
+                base_runs.append(baseline_dump(b, lo, hi, out))
         times[n] = min(r[0] for r in runs), runs[0][1]
         hwm[n] = vmhwm_kib(worker.pid)
         b.stop(worker)
+    if not api:
+        b.api()
     # Figure 1: the whole dataset against the database's own CSV dump of the same query.
-    _, lo, hi = ranges[ARGS.orders]
-    out = os.path.join(b.folder, "baseline.csv")
-    base = best(2, lambda: baseline_dump(b, lo, hi, out))
+    base = min(base_runs)
     ours, rows = times[ARGS.orders]
     tool = "psql \\copy" if b.name == "PostgreSQL" else "sqlite3 -csv"
     figure(f"{b.name}: export of {rows:,} rows (11 columns, admin), create→ready", f"{ours:.2f} s", f"{base:.2f} s ({tool})", base / ours, "≥ 0.8", base / ours >= 0.8)

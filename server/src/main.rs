@@ -15,8 +15,31 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    return_large_buffers_to_the_system();
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(async_main()),
+        Err(e) => {
+            eprintln!("exportd: cannot start the runtime: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Makes glibc's allocator give every large buffer (CSV chunks, upload parts) back to the system
+/// when it is freed. By default glibc raises its mmap threshold after the first such free, and
+/// from then on serves those buffers from heap arenas that fragment: the peak RSS then grew with
+/// the size of the export (33 MiB more after 1M rows than after 100k, on SQLite; 10 MiB with
+/// this). Called before any thread starts.
+fn return_large_buffers_to_the_system() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter, and no other thread exists yet.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
+async fn async_main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EXPORTD_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)

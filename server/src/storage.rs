@@ -9,7 +9,6 @@ use crate::config::Config;
 use crate::error::AppError;
 use futures::stream::BoxStream;
 use object_store::aws::{AmazonS3Builder, S3CopyIfNotExists};
-use bytes::BytesMut;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
@@ -20,10 +19,14 @@ use std::sync::{Arc, Mutex};
 #[cfg(test)]
 use std::time::SystemTime;
 
-/// The size of each part of a staging upload (S3's smallest part is 5 MiB).
+/// The size of each part of a staging upload to S3 (its smallest part is 5 MiB).
 pub const PART_BYTES: usize = 5 * 1024 * 1024;
 
-/// Parts of one upload in flight at once; with [`PART_BYTES`] this bounds an upload's memory.
+/// The size of each part of a staging upload to a local folder, which has no smallest part:
+/// small parts keep a worker's memory small.
+pub const LOCAL_PART_BYTES: usize = 1024 * 1024;
+
+/// Parts of one upload in flight at once; with the part size this bounds an upload's memory.
 pub const PARTS_IN_FLIGHT: usize = 2;
 
 /// What publishing found.
@@ -42,6 +45,10 @@ pub struct ExportStore {
     objects: Arc<dyn ObjectStore>,
     /// The folder of a local store, for the cleanup only a local store needs.
     local_root: Option<std::path::PathBuf>,
+    /// The same store as `objects` when it is a local folder, for reading files in place.
+    local: Option<Arc<LocalFileSystem>>,
+    /// The part size of staging uploads.
+    part_bytes: usize,
 }
 
 impl ExportStore {
@@ -52,8 +59,8 @@ impl ExportStore {
             let path = if path.is_empty() { "." } else { path };
             std::fs::create_dir_all(path).map_err(|e| format!("cannot create {path}: {e}"))?;
             let root = std::fs::canonicalize(path).map_err(|e| format!("cannot open {path}: {e}"))?;
-            let store = LocalFileSystem::new_with_prefix(&root).map_err(|e| format!("cannot open {path}: {e}"))?;
-            return Ok(ExportStore { objects: Arc::new(store), local_root: Some(root) });
+            let store = Arc::new(LocalFileSystem::new_with_prefix(&root).map_err(|e| format!("cannot open {path}: {e}"))?);
+            return Ok(ExportStore { objects: store.clone(), local_root: Some(root), local: Some(store), part_bytes: LOCAL_PART_BYTES });
         }
         if let Some(rest) = url.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -66,7 +73,7 @@ impl ExportStore {
                 .map_err(|e| format!("cannot open s3://{bucket}: {e}"))?;
             let prefix = prefix.trim_matches('/');
             let objects: Arc<dyn ObjectStore> = if prefix.is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix.to_owned())) };
-            return Ok(ExportStore { objects, local_root: None });
+            return Ok(ExportStore { objects, local_root: None, local: None, part_bytes: PART_BYTES });
         }
         Err(format!("unsupported store URL {url:?}: use file://… or s3://…"))
     }
@@ -78,11 +85,22 @@ impl ExportStore {
 
     /// An upload to `key` that sends parts as they fill.
     pub fn stage(&self, key: &Path) -> StagingUpload {
-        StagingUpload { objects: self.objects.clone(), key: key.clone(), pending: BytesMut::new(), multipart: None }
+        StagingUpload { objects: self.objects.clone(), key: key.clone(), pending: Vec::new(), part_bytes: self.part_bytes, multipart: None }
     }
 
-    /// Reads an object through, in ranges of [`PART_BYTES`], and returns its size and hex SHA-256.
+    /// Reads an object through and returns its size and hex SHA-256: a local file in place with
+    /// one reused buffer, any other store in ranges of [`PART_BYTES`].
     pub async fn digest(&self, key: &Path) -> Result<(u64, String), object_store::Error> {
+        if let Some(local) = &self.local {
+            let file = local.path_to_filesystem(key)?;
+            return tokio::task::spawn_blocking(move || digest_file(&file))
+                .await
+                .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => object_store::Error::NotFound { path: key.to_string(), source: Box::new(e) },
+                    _ => object_store::Error::Generic { store: "local", source: Box::new(e) },
+                });
+        }
         let size = self.objects.head(key).await?.size;
         let mut hasher = Sha256::new();
         let mut at = 0u64;
@@ -150,12 +168,14 @@ impl ExportStore {
 }
 
 /// An upload of one staging object: one `put` when it stays under a part, else a multipart
-/// upload of [`PART_BYTES`] parts with at most [`PARTS_IN_FLIGHT`] in flight. Every failure of
+/// upload of parts of the store's part size with at most [`PARTS_IN_FLIGHT`] in flight. Every failure of
 /// a multipart upload aborts it, so no incomplete upload is left in the store.
 pub struct StagingUpload {
     objects: Arc<dyn ObjectStore>,
     key: Path,
-    pending: BytesMut,
+    /// The part being filled: allocated once at its full size, sent when full.
+    pending: Vec<u8>,
+    part_bytes: usize,
     multipart: Option<Multipart>,
 }
 
@@ -185,25 +205,37 @@ impl Multipart {
 
 impl StagingUpload {
     /// Appends bytes; sends every full part.
-    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), object_store::Error> {
-        self.pending.extend_from_slice(bytes);
-        while self.pending.len() >= PART_BYTES {
-            if self.multipart.is_none() {
-                let upload = self.objects.put_multipart(&self.key).await?;
-                self.multipart = Some(Multipart { upload, parts: tokio::task::JoinSet::new() });
+    pub async fn write(&mut self, mut bytes: &[u8]) -> Result<(), object_store::Error> {
+        while !bytes.is_empty() {
+            if self.pending.capacity() == 0 {
+                self.pending.reserve_exact(self.part_bytes);
             }
-            let part = self.pending.split_to(PART_BYTES).freeze();
-            if let Some(m) = self.multipart.as_mut() {
-                m.settle(PARTS_IN_FLIGHT - 1).await?;
-                m.parts.spawn(m.upload.put_part(PutPayload::from(part)));
+            let (now, later) = bytes.split_at(bytes.len().min(self.part_bytes - self.pending.len()));
+            self.pending.extend_from_slice(now);
+            bytes = later;
+            if self.pending.len() == self.part_bytes {
+                self.send_part().await?;
             }
         }
         Ok(())
     }
 
-    /// Completes the upload; on failure it is aborted.
+    /// Sends the full pending part, once fewer than [`PARTS_IN_FLIGHT`] are in flight.
+    async fn send_part(&mut self) -> Result<(), object_store::Error> {
+        if self.multipart.is_none() {
+            let upload = self.objects.put_multipart(&self.key).await?;
+            self.multipart = Some(Multipart { upload, parts: tokio::task::JoinSet::new() });
+        }
+        if let Some(m) = self.multipart.as_mut() {
+            m.settle(PARTS_IN_FLIGHT - 1).await?;
+            let part = bytes::Bytes::from(std::mem::take(&mut self.pending));
+            m.parts.spawn(m.upload.put_part(PutPayload::from(part)));
+        }
+        Ok(())
+    }
+
     pub async fn finish(mut self) -> Result<(), object_store::Error> {
-        let rest = std::mem::take(&mut self.pending).freeze();
+        let rest = bytes::Bytes::from(std::mem::take(&mut self.pending));
         let Some(mut m) = self.multipart.take() else {
             self.objects.put(&self.key, PutPayload::from(rest)).await?;
             return Ok(());
@@ -257,6 +289,25 @@ impl Stores {
     }
 }
 
+/// The size and hex SHA-256 of a local file, read with one buffer.
+fn digest_file(file: &std::path::Path) -> std::io::Result<(u64, String)> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(file)?;
+    let mut buf = vec![0u8; 1024 * 1024];
+    let (mut hasher, mut size) = (Sha256::new(), 0u64);
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((size, hex::encode(hasher.finalize())))
+}
+
 /// The staging key of one attempt.
 pub fn staging_key(export_id: &str, generation: i32) -> Path {
     Path::from(format!("staging/{export_id}/{generation}"))
@@ -295,7 +346,7 @@ mod tests {
     async fn an_upload_larger_than_a_part_arrives_whole_and_an_aborted_one_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = ExportStore::open(&format!("file://{}", dir.path().display())).unwrap();
-        let bytes: Vec<u8> = (0..(2 * PART_BYTES + 12_345)).map(|i| (i % 251) as u8).collect();
+        let bytes: Vec<u8> = (0..(2 * LOCAL_PART_BYTES + 12_345)).map(|i| (i % 251) as u8).collect();
         let key = staging_key("exp_big", 1);
         let mut upload = store.stage(&key);
         for chunk in bytes.chunks(256 * 1024 + 7) {

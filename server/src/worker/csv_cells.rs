@@ -49,27 +49,32 @@ impl CsvEncoder {
 
     /// A text cell, defused.
     pub fn text(&mut self, text: &str) -> std::io::Result<()> {
-        self.scratch.clear();
-        if needs_defusing(text) {
-            self.scratch.push(b'\'');
+        if !needs_defusing(text) {
+            return Ok(self.writer.write_field(text)?);
         }
+        self.scratch.clear();
+        self.scratch.push(b'\'');
         self.scratch.extend_from_slice(text.as_bytes());
         Ok(self.writer.write_field(&self.scratch)?)
     }
 
     /// A whole number.
     pub fn integer(&mut self, n: i64) -> std::io::Result<()> {
-        self.scratch.clear();
-        write!(self.scratch, "{n}")?;
-        Ok(self.writer.write_field(&self.scratch)?)
+        let mut digits = itoa::Buffer::new();
+        Ok(self.writer.write_field(digits.format(n))?)
     }
 
     /// Money in minor units, as a decimal amount.
     pub fn money(&mut self, cents: i64) -> std::io::Result<()> {
         self.scratch.clear();
-        let sign = if cents < 0 { "-" } else { "" };
+        if cents < 0 {
+            self.scratch.push(b'-');
+        }
         let abs = cents.unsigned_abs();
-        write!(self.scratch, "{sign}{}.{:02}", abs / 100, abs % 100)?;
+        let mut digits = itoa::Buffer::new();
+        self.scratch.extend_from_slice(digits.format(abs / 100).as_bytes());
+        let fraction = (abs % 100) as u8;
+        self.scratch.extend_from_slice(&[b'.', b'0' + fraction / 10, b'0' + fraction % 10]);
         Ok(self.writer.write_field(&self.scratch)?)
     }
 
@@ -77,7 +82,27 @@ impl CsvEncoder {
     pub fn instant(&mut self, ms: i64) -> std::io::Result<()> {
         self.scratch.clear();
         if let Ok(ts) = jiff::Timestamp::from_millisecond(ms) {
-            write!(self.scratch, "{}", ts.strftime("%Y-%m-%dT%H:%M:%SZ"))?;
+            let t = jiff::tz::Offset::UTC.to_datetime(ts);
+            // Written digit by digit: this runs for every row, and a format string is parsed
+            // on every call. Years outside 0–9999 (never seen in practice) take the slow path.
+            if (0..=9999).contains(&t.year()) {
+                let two = |n: i8| [b'0' + n as u8 / 10, b'0' + n as u8 % 10];
+                let year = t.year() as u16;
+                let [m0, m1] = two(t.month());
+                let [d0, d1] = two(t.day());
+                let [h0, h1] = two(t.hour());
+                let [i0, i1] = two(t.minute());
+                let [s0, s1] = two(t.second());
+                self.scratch.extend_from_slice(&[
+                    b'0' + (year / 1000) as u8,
+                    b'0' + (year / 100 % 10) as u8,
+                    b'0' + (year / 10 % 10) as u8,
+                    b'0' + (year % 10) as u8,
+                    b'-', m0, m1, b'-', d0, d1, b'T', h0, h1, b':', i0, i1, b':', s0, s1, b'Z',
+                ]);
+            } else {
+                write!(self.scratch, "{}", ts.strftime("%Y-%m-%dT%H:%M:%SZ"))?;
+            }
         }
         Ok(self.writer.write_field(&self.scratch)?)
     }
@@ -131,6 +156,20 @@ mod tests {
         assert_eq!(String::from_utf8(bytes).unwrap(), "a,b,c,d\r\n'=1+1,-12.50,\"say \"\"hi\"\", then\nleave\",-7\r\n");
         let mut bom = CsvEncoder::new(true, &["x"]).unwrap();
         assert!(bom.take().unwrap().starts_with("\u{feff}x\r\n".as_bytes()));
+    }
+
+    #[test]
+    fn the_encoder_writes_money_and_instants_as_the_reference_formats_do() {
+        let cases = [i64::MIN, -253_402_300_800_000, -46_388_678_400_000, -1, 0, 1, 999, 1_000, 59_999, 951_782_400_000, 1_767_225_599_999, 253_402_300_799_999, 253_402_300_800_000, i64::MAX];
+        for n in cases {
+            let mut e = CsvEncoder::new(false, &["a", "b", "c"]).unwrap();
+            e.take().unwrap();
+            e.money(n).unwrap();
+            e.instant(n).unwrap();
+            e.integer(n).unwrap();
+            e.end_row().unwrap();
+            assert_eq!(String::from_utf8(e.take().unwrap()).unwrap(), format!("{},{},{n}\r\n", money(n), instant(n)), "{n}");
+        }
     }
 
     #[test]

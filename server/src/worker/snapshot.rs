@@ -5,7 +5,7 @@
 //! A producer reads the snapshot and writes CSV chunks into a bounded channel; the attempt hashes
 //! and uploads them as they come, so reading and uploading overlap and memory stays flat. Each
 //! backend reads the way its database is fastest at:
-//! - PostgreSQL: `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`, then the rows as
+//! - PostgreSQL: `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY` (without JIT), then the rows as
 //!   `COPY (SELECT …) TO STDOUT (FORMAT binary)` — the database's own dump path, with no
 //!   formatting on the server — decoded here into CSV.
 //! - SQLite: one read transaction on a read-only connection of its own (rusqlite, in a blocking
@@ -220,6 +220,9 @@ impl Chunker {
 async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produced>) -> Result<(), SnapshotError> {
     let mut conn = pool.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *conn).await?;
+    // JIT compiling this scan, join and sort costs more than it saves (about a tenth of a 1M-row
+    // export, measured by scripts/bench.sh); it is the default above a cost threshold.
+    sqlx::query("SET LOCAL jit = off").execute(&mut *conn).await?;
     let total: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(plan.count_sql(DbBackend::Postgres))).fetch_one(&mut *conn).await?;
     tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
     let mut out = Chunker::new(&plan)?;
@@ -232,8 +235,8 @@ async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produ
             // heartbeats that keep this and every other job's lease alive. Give way now and then.
             tokio::task::coop::consume_budget().await;
             decoder.feed(&message?);
-            while let Some(fields) = decoder.next_tuple()? {
-                write_fields(&plan.columns, &fields, &mut out.csv)?;
+            while let Some(tuple) = decoder.next_tuple()? {
+                write_fields(&plan.columns, &tuple, &mut out.csv)?;
                 out.row_done()?;
             }
             for chunk in out.ready.drain(..) {
@@ -252,21 +255,18 @@ async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produ
     Ok(())
 }
 
-/// A cell of a binary COPY tuple: `None` for NULL.
-type Field = Option<bytes::Bytes>;
-
-fn write_fields(columns: &[&ColumnSpec], fields: &[Field], csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
-    if fields.len() != columns.len() {
-        return Err(SnapshotError::Data(format!("{} fields for {} columns", fields.len(), columns.len())));
+fn write_fields(columns: &[&ColumnSpec], tuple: &Tuple<'_>, csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
+    if tuple.len() != columns.len() {
+        return Err(SnapshotError::Data(format!("{} fields for {} columns", tuple.len(), columns.len())));
     }
-    for (column, field) in columns.iter().zip(fields) {
-        let Some(bytes) = field else {
+    for (i, column) in columns.iter().enumerate() {
+        let Some(bytes) = tuple.field(i) else {
             return Err(SnapshotError::Data(format!("{} is NULL", column.name)));
         };
         match column.ty {
             ColumnType::Text => csv.text(std::str::from_utf8(bytes).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
             ty => {
-                let n = i64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| SnapshotError::Data(format!("{} is not a bigint", column.name)))?);
+                let n = i64::from_be_bytes(<[u8; 8]>::try_from(bytes).map_err(|_| SnapshotError::Data(format!("{} is not a bigint", column.name)))?);
                 write_number(ty, n, csv)?;
             }
         }
@@ -283,18 +283,50 @@ fn write_number(ty: ColumnType, n: i64, csv: &mut CsvEncoder) -> std::io::Result
 }
 
 /// Decodes PostgreSQL's binary COPY format: a signature and header, then tuples (a field
-/// count, and per field a length, −1 for NULL, and its bytes), then a −1 trailer.
+/// count, and per field a length, −1 for NULL, and its bytes), then a −1 trailer. Cells are
+/// read where they lie in the buffer; only their offsets are kept, in one reused list.
 #[derive(Debug, Default)]
 struct CopyBinary {
     buf: BytesMut,
+    /// Where the next tuple starts in `buf`; what lies before it has been read.
+    at: usize,
+    /// The last tuple's cells: start and length in `buf`, `None` for NULL.
+    cells: Vec<Option<(usize, usize)>>,
     header_read: bool,
     finished: bool,
 }
 
+/// One decoded tuple, borrowed from the decoder's buffer.
+struct Tuple<'a> {
+    buf: &'a [u8],
+    cells: &'a [Option<(usize, usize)>],
+}
+
+impl Tuple<'_> {
+    fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// The bytes of cell `i`, or `None` for NULL.
+    fn field(&self, i: usize) -> Option<&[u8]> {
+        self.cells[i].map(|(start, len)| &self.buf[start..start + len])
+    }
+}
+
 const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+
+fn be_i16(b: &[u8]) -> i16 {
+    i16::from_be_bytes([b[0], b[1]])
+}
+
+fn be_i32(b: &[u8]) -> i32 {
+    i32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
 
 impl CopyBinary {
     fn feed(&mut self, bytes: &[u8]) {
+        self.buf.advance(self.at);
+        self.at = 0;
         self.buf.extend_from_slice(bytes);
     }
 
@@ -303,50 +335,50 @@ impl CopyBinary {
     }
 
     /// The next complete tuple, if the buffer holds one.
-    fn next_tuple(&mut self) -> Result<Option<Vec<Field>>, SnapshotError> {
+    fn next_tuple(&mut self) -> Result<Option<Tuple<'_>>, SnapshotError> {
         if !self.header_read {
-            if self.buf.len() < SIGNATURE.len() + 8 {
+            let buf = &self.buf[self.at..];
+            if buf.len() < SIGNATURE.len() + 8 {
                 return Ok(None);
             }
-            if &self.buf[..SIGNATURE.len()] != SIGNATURE {
+            if &buf[..SIGNATURE.len()] != SIGNATURE {
                 return Err(SnapshotError::Data("not a binary COPY stream".into()));
             }
-            let extension = u32::from_be_bytes([self.buf[15], self.buf[16], self.buf[17], self.buf[18]]) as usize;
-            if self.buf.len() < 19 + extension {
+            let extension = be_i32(&buf[15..19]) as u32 as usize;
+            if buf.len() < 19 + extension {
                 return Ok(None);
             }
-            self.buf.advance(19 + extension);
+            self.at += 19 + extension;
             self.header_read = true;
         }
-        if self.finished || self.buf.len() < 2 {
+        let buf = &self.buf[..];
+        if self.finished || buf.len() < self.at + 2 {
             return Ok(None);
         }
-        let count = i16::from_be_bytes([self.buf[0], self.buf[1]]);
+        let count = be_i16(&buf[self.at..]);
         if count == -1 {
-            self.buf.advance(2);
+            self.at += 2;
             self.finished = true;
             return Ok(None);
         }
         // Check the whole tuple is here before taking any of it.
-        let mut at = 2;
+        self.cells.clear();
+        let mut at = self.at + 2;
         for _ in 0..count {
-            if self.buf.len() < at + 4 {
+            if buf.len() < at + 4 {
                 return Ok(None);
             }
-            let len = i32::from_be_bytes([self.buf[at], self.buf[at + 1], self.buf[at + 2], self.buf[at + 3]]);
-            at += 4 + Ord::max(len, 0) as usize;
-            if self.buf.len() < at {
+            let len = be_i32(&buf[at..]);
+            at += 4;
+            let len = usize::try_from(len).ok();
+            self.cells.push(len.map(|len| (at, len)));
+            at += len.unwrap_or(0);
+            if buf.len() < at {
                 return Ok(None);
             }
         }
-        let mut tuple = self.buf.split_to(at).freeze();
-        tuple.advance(2);
-        let mut fields = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            let len = tuple.get_i32();
-            fields.push((len >= 0).then(|| tuple.split_to(len as usize)));
-        }
-        Ok(Some(fields))
+        self.at = at;
+        Ok(Some(Tuple { buf, cells: &self.cells }))
     }
 }
 
@@ -447,8 +479,8 @@ mod tests {
             let mut csv = CsvEncoder::new(false, &["total", "notes"]).unwrap();
             for piece in stream.chunks(split) {
                 decoder.feed(piece);
-                while let Some(fields) = decoder.next_tuple().unwrap() {
-                    write_fields(&columns, &fields, &mut csv).unwrap();
+                while let Some(tuple) = decoder.next_tuple().unwrap() {
+                    write_fields(&columns, &tuple, &mut csv).unwrap();
                     csv.end_row().unwrap();
                 }
             }
