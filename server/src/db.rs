@@ -33,7 +33,11 @@ pub async fn worker_pools(url: &str, concurrency: usize) -> Result<(DatabaseConn
     let size = 4 + (concurrency as u32).div_ceil(4);
     let control = connect_pool_with(url, size, size).await?;
     let snapshots = match control.get_database_backend() {
-        DbBackend::Postgres => Source::Postgres(connect_pool(url, concurrency as u32).await?.get_postgres_connection_pool().clone()),
+        // One connection per job, and one more that a job's count can borrow while it is idle.
+        DbBackend::Postgres => {
+            let size = concurrency as u32 + 1;
+            Source::Postgres(connect_pool_with(url, size.min(2), size).await?.get_postgres_connection_pool().clone())
+        }
         _ => Source::Sqlite(sqlite_path(url).ok_or_else(|| DbErr::Custom("a worker needs a SQLite database file, not an in-memory one".into()))?.into()),
     };
     Ok((control, snapshots))

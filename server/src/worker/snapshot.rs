@@ -1,5 +1,6 @@
 //! The snapshot an export is written from (SPEC §5.4): one read transaction in which the rows
-//! are counted and then read by a single query built from the report registry. The file shows
+//! are counted and read by a single query built from the report registry (on PostgreSQL the
+//! count runs beside the rows, in a second transaction that imports the first one's snapshot). The file shows
 //! the data as of the worker's snapshot, whatever changes meanwhile.
 //!
 //! A producer reads the snapshot and writes CSV chunks into a bounded channel; the attempt hashes
@@ -32,7 +33,7 @@ const CHUNKS_IN_FLIGHT: usize = 4;
 /// What a producer hands over.
 #[derive(Debug)]
 pub enum Produced {
-    /// The snapshot's row count, before any row.
+    /// The snapshot's row count (on PostgreSQL it may come after the first rows).
     Counted(i64),
     /// CSV bytes, and the data rows written so far.
     Chunk(Vec<u8>, i64),
@@ -223,8 +224,20 @@ async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produ
     // JIT compiling this scan, join and sort costs more than it saves (about a tenth of a 1M-row
     // export, measured by scripts/bench.sh); it is the default above a cost threshold.
     sqlx::query("SET LOCAL jit = off").execute(&mut *conn).await?;
-    let total: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(plan.count_sql(DbBackend::Postgres))).fetch_one(&mut *conn).await?;
-    tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
+    let count_sql = plan.count_sql(DbBackend::Postgres);
+    // The count runs beside the rows, on a second connection that imports this transaction's
+    // snapshot, when one is idle; otherwise first, on this one. Dropping the set stops it.
+    let mut counting = tokio::task::JoinSet::new();
+    match pool.try_acquire() {
+        Some(second) => {
+            let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *conn).await?;
+            counting.spawn(count_in_snapshot(second, snapshot, count_sql, tx.clone()));
+        }
+        None => {
+            let total: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count_sql)).fetch_one(&mut *conn).await?;
+            tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
+        }
+    }
     let mut out = Chunker::new(&plan)?;
     let mut decoder = CopyBinary::default();
     {
@@ -251,7 +264,31 @@ async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produ
     for chunk in out.ready.drain(..) {
         tx.send(chunk).await.map_err(|_| Stopped)?;
     }
+    // The exported snapshot lives as long as this transaction: the count ends before it does.
+    while let Some(counted) = counting.join_next().await {
+        counted.map_err(|e| SnapshotError::Database(format!("the count stopped: {e}")))??;
+    }
     conn.commit().await?;
+    Ok(())
+}
+
+/// Counts the rows on `conn` in the snapshot `snapshot` that another transaction exported.
+async fn count_in_snapshot(
+    mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    snapshot: String,
+    count_sql: String,
+    tx: mpsc::Sender<Produced>,
+) -> Result<(), SnapshotError> {
+    if !snapshot.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+        return Err(SnapshotError::Data(format!("unexpected snapshot id {snapshot:?}")));
+    }
+    let mut t = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *t).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))).execute(&mut *t).await?;
+    sqlx::query("SET LOCAL jit = off").execute(&mut *t).await?;
+    let total: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count_sql)).fetch_one(&mut *t).await?;
+    t.commit().await?;
+    tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
     Ok(())
 }
 
