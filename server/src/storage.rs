@@ -234,6 +234,7 @@ impl StagingUpload {
         Ok(())
     }
 
+    /// Completes the upload; on failure it is aborted.
     pub async fn finish(mut self) -> Result<(), object_store::Error> {
         let rest = bytes::Bytes::from(std::mem::take(&mut self.pending));
         let Some(mut m) = self.multipart.take() else {
@@ -291,20 +292,9 @@ impl Stores {
 
 /// The size and hex SHA-256 of a local file, read with one buffer.
 fn digest_file(file: &std::path::Path) -> std::io::Result<(u64, String)> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(file)?;
-    let mut buf = vec![0u8; 1024 * 1024];
-    let (mut hasher, mut size) = (Sha256::new(), 0u64);
-    loop {
-        let n = match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        size += n as u64;
-    }
+    let mut reader = std::io::BufReader::with_capacity(1024 * 1024, std::fs::File::open(file)?);
+    let mut hasher = Sha256::new();
+    let size = std::io::copy(&mut reader, &mut hasher)?;
     Ok((size, hex::encode(hasher.finalize())))
 }
 

@@ -220,10 +220,7 @@ impl Chunker {
 
 async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produced>) -> Result<(), SnapshotError> {
     let mut conn = pool.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *conn).await?;
-    // JIT compiling this scan, join and sort costs more than it saves (about a tenth of a 1M-row
-    // export, measured by scripts/bench.sh); it is the default above a cost threshold.
-    sqlx::query("SET LOCAL jit = off").execute(&mut *conn).await?;
+    read_only_snapshot(&mut conn, None).await?;
     let count_sql = plan.count_sql(DbBackend::Postgres);
     // The count runs beside the rows, on a second connection that imports this transaction's
     // snapshot, when one is idle; otherwise first, on this one. Dropping the set stops it.
@@ -234,7 +231,7 @@ async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produ
             counting.spawn(count_in_snapshot(second, snapshot, count_sql, tx.clone()));
         }
         None => {
-            let total: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count_sql)).fetch_one(&mut *conn).await?;
+            let total = count(&mut conn, count_sql).await?;
             tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
         }
     }
@@ -272,6 +269,23 @@ async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produ
     Ok(())
 }
 
+/// Makes the transaction just begun on `conn` a read-only REPEATABLE READ one, in the snapshot
+/// another transaction exported when `import` names one.
+async fn read_only_snapshot(conn: &mut sqlx::PgConnection, import: Option<&str>) -> Result<(), SnapshotError> {
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *conn).await?;
+    if let Some(snapshot) = import {
+        sqlx::query(sqlx::AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))).execute(&mut *conn).await?;
+    }
+    // JIT compiling this scan, join and sort costs more than it saves (about a tenth of a 1M-row
+    // export, measured by scripts/bench.sh); it is the default above a cost threshold.
+    sqlx::query("SET LOCAL jit = off").execute(&mut *conn).await?;
+    Ok(())
+}
+
+async fn count(conn: &mut sqlx::PgConnection, count_sql: String) -> Result<i64, SnapshotError> {
+    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(count_sql)).fetch_one(conn).await?)
+}
+
 /// Counts the rows on `conn` in the snapshot `snapshot` that another transaction exported.
 async fn count_in_snapshot(
     mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
@@ -283,10 +297,8 @@ async fn count_in_snapshot(
         return Err(SnapshotError::Data(format!("unexpected snapshot id {snapshot:?}")));
     }
     let mut t = sqlx::Connection::begin(&mut *conn).await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *t).await?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))).execute(&mut *t).await?;
-    sqlx::query("SET LOCAL jit = off").execute(&mut *t).await?;
-    let total: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count_sql)).fetch_one(&mut *t).await?;
+    read_only_snapshot(&mut t, Some(&snapshot)).await?;
+    let total = count(&mut t, count_sql).await?;
     t.commit().await?;
     tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
     Ok(())
