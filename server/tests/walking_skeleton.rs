@@ -151,3 +151,18 @@ on_both_backends!(the_demo_orders_spread_over_the_last_two_years, |backend| {
     assert!(awkward > 0, "some refunds have negative totals");
     app.stop().await;
 });
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_on_postgres_wakes_listening_workers_when_it_commits() {
+    use sea_orm::sqlx::postgres::PgListener;
+    let app = TestApp::spawn(support::Backend::Postgres).await;
+    let mut listener = PgListener::connect(app.database_url()).await.unwrap();
+    listener.listen("exportd_jobs").await.unwrap();
+    let bob = app.login("bob@acme.test").await;
+    let resp = app.create(&bob, "announced", &everything()).await;
+    assert_eq!(resp.status(), 202);
+    // The bound only ends a broken run; a working trigger delivers at the create's commit.
+    let note = tokio::time::timeout(Duration::from_secs(10), listener.recv()).await.expect("a notification").unwrap();
+    assert_eq!(note.channel(), "exportd_jobs");
+    app.stop().await;
+}

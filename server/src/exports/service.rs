@@ -11,7 +11,7 @@ use crate::auth::{Actor, Role};
 use crate::clock::rfc3339;
 use crate::entities::{exports, users};
 use crate::job_store::transitions::{self, Outcome};
-use crate::job_store::{audit, wakeup, Mover};
+use crate::job_store::{audit, Mover};
 use crate::error::AppError;
 use crate::server::AppState;
 use app::{DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
@@ -121,18 +121,22 @@ async fn insert_new(
     if backend == DbBackend::Postgres {
         users::Entity::find_by_id(actor.user_id.clone()).lock_exclusive().one(&txn).await?;
     }
-    if let Some(existing) = find_by_key(&txn, actor, key).await? {
-        txn.rollback().await?;
-        return replay_or_conflict(&existing, Some(fp)).map(CreateOutcome::Replayed);
-    }
+    // The limit counts only new keys. The lookup before this transaction found no operation for
+    // the key; if one was committed since, the insert below conflicts and the answer is a replay.
+    // Only when the count says no is the key looked up again, so the common create makes no
+    // second lookup.
     let unfinished = exports::Entity::find()
         .filter(exports::Column::ActorId.eq(&actor.user_id))
         .filter(exports::Column::Status.is_in(UNFINISHED))
         .count(&txn)
         .await?;
     if unfinished >= state.config.max_active_per_actor {
+        let existing = find_by_key(&txn, actor, key).await?;
         txn.rollback().await?;
-        return Err(AppError::TooManyExports { retry_after_secs: 5 });
+        return match existing {
+            Some(existing) => replay_or_conflict(&existing, Some(fp)).map(CreateOutcome::Replayed),
+            None => Err(AppError::TooManyExports { retry_after_secs: 5 }),
+        };
     }
     let now_ms = state.now_ms();
     let id = format!("exp_{}", uuid::Uuid::now_v7().simple());
@@ -181,7 +185,6 @@ async fn insert_new(
         .await?;
     if inserted == 1 {
         audit::record_created(&txn, &row, Mover::User(&actor.user_id)).await?;
-        wakeup::announce(&txn).await?;
     }
     txn.commit().await?;
     if inserted == 1 {

@@ -5,7 +5,7 @@
 //! [`Outcome::NotMoved`].
 
 use super::authority::Authority;
-use super::{audit, begin_write, db_now, wakeup, Mover};
+use super::{audit, begin_write, db_now, Mover};
 use crate::entities::{export_events, exports};
 use app::ExportStatus;
 use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait};
@@ -183,17 +183,14 @@ pub async fn current<C: ConnectionTrait>(db: &C, id: &str) -> Result<Current, Db
     })
 }
 
-/// Runs a transition: the UPDATE and, if it moved the row, its audit row (and, with `announce`,
-/// a wake-up for workers) in one transaction.
-async fn apply(db: &DatabaseConnection, id: &str, update: UpdateMany<exports::Entity>, by: Mover<'_>, detail: Option<&str>, announce: bool) -> Result<Outcome, DbErr> {
+/// Runs a transition: the UPDATE and, if it moved the row, its audit row in one transaction. (A
+/// row that becomes `queued` wakes the workers through the database's own trigger.)
+async fn apply(db: &DatabaseConnection, id: &str, update: UpdateMany<exports::Entity>, by: Mover<'_>, detail: Option<&str>) -> Result<Outcome, DbErr> {
     let txn = begin_write(db).await?;
     let moved = update.exec_with_returning(&txn).await?;
     match moved.into_iter().next() {
         Some(row) => {
             audit::record_move(&txn, &row, by, detail).await?;
-            if announce {
-                wakeup::announce(&txn).await?;
-            }
             txn.commit().await?;
             Ok(Outcome::Moved(Box::new(row)))
         }
@@ -276,7 +273,7 @@ pub async fn release(
         .filter(exports::Column::Generation.eq(job.generation))
         .filter(exports::Column::Status.eq(Running.as_str()))
         .filter(authority.condition());
-    Ok(match apply(db, &job.id, update, by, None, false).await? {
+    Ok(match apply(db, &job.id, update, by, None).await? {
         Outcome::Moved(row) => Ok(row),
         Outcome::NotMoved(current) => Err(Refusal::of(&current, job.generation)),
     })
@@ -329,7 +326,7 @@ pub async fn end_attempt(
     if only_if_lease_expired {
         update = update.filter(Expr::col((exports::Entity, exports::Column::LeaseExpiresAt)).lt(now()));
     }
-    apply(db, &job.id, update, by, Some(failure.code), false).await
+    apply(db, &job.id, update, by, Some(failure.code)).await
 }
 
 /// `cancel_requested → cancelled`: the worker saw the cancel at a checkpoint and stopped.
@@ -342,7 +339,7 @@ pub async fn acknowledge_cancel(db: &DatabaseConnection, job: &exports::Model, b
         .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())
         .filter(exports::Column::Generation.eq(job.generation))
         .filter(exports::Column::Status.eq(CancelRequested.as_str()));
-    apply(db, &job.id, update, by, Some("cancel seen at a checkpoint"), false).await
+    apply(db, &job.id, update, by, Some("cancel seen at a checkpoint")).await
 }
 
 /// Hands a job back on shutdown: `running → queued` with attempt−1 (not counted) and no
@@ -363,7 +360,7 @@ pub async fn hand_back(db: &DatabaseConnection, job: &exports::Model, by: Mover<
         .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())
         .filter(exports::Column::Generation.eq(job.generation))
         .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]));
-    apply(db, &job.id, update, by, Some("handed back"), true).await
+    apply(db, &job.id, update, by, Some("handed back")).await
 }
 
 /// A user's cancel of their own export, in one UPDATE: `queued`/`retry_wait → cancelled` at
@@ -378,7 +375,7 @@ pub async fn cancel(db: &DatabaseConnection, id: &str, tenant_id: &str, actor_id
         .filter(exports::Column::TenantId.eq(tenant_id))
         .filter(exports::Column::ActorId.eq(actor_id))
         .filter(exports::Column::Status.is_in([Queued.as_str(), RetryWait.as_str(), Running.as_str()]));
-    apply(db, id, update, Mover::User(actor_id), Some("cancel"), false).await
+    apply(db, id, update, Mover::User(actor_id), Some("cancel")).await
 }
 
 // The janitor's lookups take `now` (read once from the database's clock) as a value: a bound
@@ -419,7 +416,7 @@ pub async fn fail_unclaimed(db: &DatabaseConnection, job: &exports::Model, ttl: 
         .filter(exports::Column::Generation.eq(job.generation))
         .filter(exports::Column::Status.eq(Queued.as_str()))
         .filter(Expr::col((exports::Entity, exports::Column::UpdatedAt)).lt(db_now(backend).sub(ttl.as_millis() as i64)));
-    apply(db, &job.id, update, by, Some(failure.code), false).await
+    apply(db, &job.id, update, by, Some(failure.code)).await
 }
 
 /// Ready jobs whose artifact is past its retention by `now` and not yet marked expired.
@@ -446,7 +443,7 @@ pub async fn mark_artifact_expired(db: &DatabaseConnection, job: &exports::Model
         .filter(exports::Column::Status.eq(Ready.as_str()))
         .filter(exports::Column::ArtifactExpired.eq(false))
         .filter(Expr::col((exports::Entity, exports::Column::ArtifactExpiresAt)).lte(db_now(backend)));
-    apply(db, &job.id, update, by, Some("artifact expired"), false).await
+    apply(db, &job.id, update, by, Some("artifact expired")).await
 }
 
 fn finished_before(backend: DbBackend, ttl: Duration) -> Expr {

@@ -1,17 +1,17 @@
 //! Waking workers when a job becomes claimable, so they do not wait for their next poll.
 //!
 //! Within one process (the embedded default: `serve` with its worker, on SQLite) a create or a
-//! hand-back wakes the local claim loops directly. On PostgreSQL the same transactions send
-//! `NOTIFY exportd_jobs`, delivered when they commit, and every worker process LISTENs. Polling
+//! hand-back wakes the local claim loops directly. On PostgreSQL the database announces it: a
+//! trigger on `exports` (migration 5) sends `NOTIFY exportd_jobs` for every row that becomes
+//! `queued`, delivered when its transaction commits, and every worker process LISTENs. Polling
 //! stays as the fallback: a lost notification delays a claim by one poll at most.
 
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// The PostgreSQL channel workers listen on.
+/// The PostgreSQL channel workers listen on (migration 5's trigger names it too).
 pub const CHANNEL: &str = "exportd_jobs";
 
 /// The wake-up of this process's claim loops.
@@ -31,15 +31,6 @@ impl Wakeup {
     pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.notify.notified()
     }
-}
-
-/// Inside a transaction that made a job claimable: on PostgreSQL, notifies every listening
-/// worker when it commits.
-pub async fn announce<C: ConnectionTrait>(txn: &C) -> Result<(), DbErr> {
-    if txn.get_database_backend() == DbBackend::Postgres {
-        txn.execute_raw(Statement::from_string(DbBackend::Postgres, format!("SELECT pg_notify('{CHANNEL}', '')"))).await?;
-    }
-    Ok(())
 }
 
 /// Listens on PostgreSQL at `database_url` and wakes `wakeup` on every notification until
