@@ -10,6 +10,7 @@ mod m20261202_000002_login_throttle;
 mod m20261203_000003_fenced_worker;
 mod m20261203_000004_claim_index;
 mod m20261203_000005_announce_trigger;
+mod m20261203_000006_claim_order_index;
 
 /// The ordered list of exportd's migrations.
 pub struct Migrator;
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000003_fenced_worker::Migration),
             Box::new(m20261203_000004_claim_index::Migration),
             Box::new(m20261203_000005_announce_trigger::Migration),
+            Box::new(m20261203_000006_claim_order_index::Migration),
         ]
     }
 }

@@ -57,19 +57,26 @@ pub async fn claim(db: &DatabaseConnection, who: &Claimant<'_>) -> Result<Option
     Ok(None)
 }
 
-/// The tenants with claimable jobs, least recently served first.
+/// The tenants with claimable jobs, least recently served first. Each tenant is tested with the
+/// id of its oldest claimable job (`(SELECT … ORDER BY created_at, id LIMIT 1) IS NOT NULL`), not
+/// with `EXISTS`: PostgreSQL drops the order and limit of an `EXISTS` and then scans the whole
+/// table for a tenant with nothing to claim, while the ordered subquery reads one entry of the
+/// claim index (migration 6).
 async fn waiting_tenants(db: &DatabaseConnection, who: &Claimant<'_>) -> Result<Vec<String>, DbErr> {
     let backend = db.get_database_backend();
-    let waiting = Query::select()
-        .expr(Expr::val(1))
+    let oldest = Query::select()
+        .column((exports::Entity, exports::Column::Id))
         .from(exports::Entity)
         .and_where(Expr::col((exports::Entity, exports::Column::TenantId)).equals((tenants::Entity, tenants::Column::Id)))
         .cond_where(claimable(backend, who))
+        .order_by((exports::Entity, exports::Column::CreatedAt), Order::Asc)
+        .order_by((exports::Entity, exports::Column::Id), Order::Asc)
+        .limit(1)
         .to_owned();
     let query = Query::select()
         .column((tenants::Entity, tenants::Column::Id))
         .from(tenants::Entity)
-        .and_where(Expr::exists(waiting))
+        .and_where(Expr::SubQuery(None, Box::new(oldest.into())).is_not_null())
         .order_by((tenants::Entity, tenants::Column::LastClaimedAt), Order::Asc)
         .order_by((tenants::Entity, tenants::Column::Id), Order::Asc)
         .limit(TENANTS_PER_CLAIM)
