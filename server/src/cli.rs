@@ -56,6 +56,9 @@ pub enum Command {
         /// Worker options.
         #[command(flatten)]
         worker: WorkerArgs,
+        /// Serve this process's `GET /metrics` (and nothing else) on this address.
+        #[arg(long, env = "EXPORTD_METRICS_BIND")]
+        metrics_bind: Option<String>,
     },
     /// Apply migrations.
     Migrate,

@@ -1,6 +1,7 @@
 //! One typed configuration, read once at start from the flags and the variables of SPEC §9.
 
 use crate::cli::{GlobalArgs, WorkerArgs};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Everything a process of exportd is configured with.
@@ -10,6 +11,9 @@ pub struct Config {
     pub database_url: String,
     /// The default object store URL.
     pub store_url: String,
+    /// The stores of single deployments (`EXPORTD_STORE_<DEPLOYMENT>`), by deployment in lower
+    /// case: a deployment named here is written to and read from only its own store.
+    pub deployment_stores: BTreeMap<String, String>,
     /// A fixed link-signing secret (`EXPORTD_SIGNING_KEY`); unset: keys from the database.
     pub signing_key: Option<String>,
     /// How long a claim lasts without a heartbeat.
@@ -76,6 +80,7 @@ impl Config {
         Ok(Config {
             database_url: global.database_url.clone(),
             store_url: global.store.clone(),
+            deployment_stores: deployment_stores(std::env::vars()),
             signing_key: std::env::var("EXPORTD_SIGNING_KEY").ok().filter(|k| !k.is_empty()),
             lease: Duration::from_secs(number("EXPORTD_LEASE_SECS", 30)?),
             link_ttl: Duration::from_secs(number("EXPORTD_LINK_TTL_SECS", 300)?),
@@ -92,11 +97,20 @@ impl Config {
         })
     }
 
-    /// The store URL of one deployment: `EXPORTD_STORE_<DEPLOYMENT>`, else the default.
+    /// The store URL of one deployment: its own (`EXPORTD_STORE_<DEPLOYMENT>`), else the default.
     pub fn store_url_for(&self, deployment: &str) -> String {
-        let var = format!("EXPORTD_STORE_{}", deployment.to_ascii_uppercase());
-        std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| self.store_url.clone())
+        self.deployment_stores.get(&deployment.to_ascii_lowercase()).cloned().unwrap_or_else(|| self.store_url.clone())
     }
+}
+
+/// The `EXPORTD_STORE_<DEPLOYMENT>` variables among `vars`, by deployment in lower case.
+pub fn deployment_stores(vars: impl IntoIterator<Item = (String, String)>) -> BTreeMap<String, String> {
+    vars.into_iter()
+        .filter_map(|(name, value)| {
+            let deployment = name.strip_prefix("EXPORTD_STORE_")?;
+            (!deployment.is_empty() && !value.trim().is_empty()).then(|| (deployment.to_ascii_lowercase(), value.trim().to_owned()))
+        })
+        .collect()
 }
 
 impl WorkerConfig {

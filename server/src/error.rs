@@ -54,6 +54,13 @@ pub enum AppError {
     LinkInvalid,
     #[error("link expired")]
     LinkExpired,
+    /// A `Range` that no byte of the file satisfies; `len` is the file's size.
+    #[error("range not satisfiable")]
+    RangeNotSatisfiable { len: u64 },
+    /// The database or an object store does not answer; the detail names which (a store by its
+    /// deployment, never by anything secret).
+    #[error("not ready: {0}")]
+    NotReady(String),
     /// Anything else; the cause is logged with a support reference and never sent.
     #[error("internal: {0}")]
     Internal(String),
@@ -98,6 +105,8 @@ impl AppError {
             RateLimited { .. } => ("rate-limited", StatusCode::TOO_MANY_REQUESTS, "Too many attempts"),
             LinkInvalid => ("link-invalid", StatusCode::FORBIDDEN, "The link is invalid"),
             LinkExpired => ("link-expired", StatusCode::FORBIDDEN, "The link has expired"),
+            RangeNotSatisfiable { .. } => ("range-not-satisfiable", StatusCode::RANGE_NOT_SATISFIABLE, "The range is outside the file"),
+            NotReady(_) => ("not-ready", StatusCode::SERVICE_UNAVAILABLE, "A service this process needs does not answer"),
             Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
         }
     }
@@ -113,10 +122,15 @@ impl IntoResponse for AppError {
         let (code, status, title) = self.parts();
         let mut problem = app::Problem::new(code, status.as_u16(), title);
         let mut retry_after = None;
+        let mut content_range = None;
         match self {
-            AppError::ExportNotPermitted(detail) | AppError::IdempotencyKeyInvalid(detail) | AppError::MalformedJson(detail) => {
+            AppError::ExportNotPermitted(detail)
+            | AppError::IdempotencyKeyInvalid(detail)
+            | AppError::MalformedJson(detail)
+            | AppError::NotReady(detail) => {
                 problem.detail = Some(detail);
             }
+            AppError::RangeNotSatisfiable { len } => content_range = Some(format!("bytes */{len}")),
             AppError::InvalidRequest(errors) => problem.errors = Some(errors),
             AppError::IdempotencyKeyReused { operation_ref } => problem.operation_ref = Some(operation_ref),
             AppError::ExportAlreadyFinished(view) => problem.export = Some(view),
@@ -134,6 +148,9 @@ impl IntoResponse for AppError {
         let mut resp = (status, body).into_response();
         resp.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let Some(v) = content_range.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            resp.headers_mut().insert(header::CONTENT_RANGE, v);
+        }
         if let Some(secs) = retry_after {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);

@@ -15,6 +15,7 @@ pub mod error;
 pub mod exports;
 pub mod job_store;
 pub mod links;
+pub mod metrics;
 pub mod seed;
 pub mod server;
 pub mod storage;

@@ -40,10 +40,15 @@ fn return_large_buffers_to_the_system() {
 }
 
 async fn async_main() -> ExitCode {
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EXPORTD_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    // One JSON object per line, with the fields of every enclosing span (the request id).
+    if std::env::var("EXPORTD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        logs.json().with_current_span(true).with_span_list(true).init();
+    } else {
+        logs.init();
+    }
     let _faults = exportd::worker::faults::from_environment();
     let cli = Cli::parse();
     match run(cli).await {
@@ -124,14 +129,27 @@ async fn run(cli: Cli) -> Result<(), String> {
             println!("{token}");
             Ok(())
         }
-        Command::Worker { worker } => {
+        Command::Worker { worker, metrics_bind } => {
             connect().await?.close().await.ok();
             let stores = Arc::new(exportd::storage::Stores::new(config.clone()));
-            let ctx = WorkerContext::connect(config.clone(), WorkerConfig::from_args(&worker), stores, shutdown, Wakeup::default())
+            let metrics = exportd::metrics::Metrics::default();
+            let ctx = WorkerContext::connect(config.clone(), WorkerConfig::from_args(&worker), stores, shutdown.clone(), Wakeup::default(), metrics.clone())
                 .await
                 .map_err(|e| format!("database: {e}"))?;
+            let metrics_server = match metrics_bind {
+                Some(bind) => {
+                    let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+                    let router = exportd::server::metrics_router(metrics, ctx.db.clone());
+                    let stop = shutdown.clone();
+                    Some(tokio::spawn(async move { axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled().await }).await }))
+                }
+                None => None,
+            };
             tracing::info!(target: "exportd::lifecycle", worker = %ctx.worker_id, "worker started");
             worker::run(ctx).await;
+            if let Some(server) = metrics_server {
+                let _ = server.await;
+            }
             Ok(())
         }
         Command::Serve { bind, no_worker, worker } => {
@@ -141,7 +159,14 @@ async fn run(cli: Cli) -> Result<(), String> {
             let worker_task = if no_worker {
                 None
             } else {
-                let ctx = WorkerContext::connect(config.clone(), WorkerConfig::from_args(&worker), state.stores.clone(), shutdown.clone(), state.wakeup.clone())
+                let ctx = WorkerContext::connect(
+                    config.clone(),
+                    WorkerConfig::from_args(&worker),
+                    state.stores.clone(),
+                    shutdown.clone(),
+                    state.wakeup.clone(),
+                    state.metrics.clone(),
+                )
                     .await
                     .map_err(|e| format!("database: {e}"))?;
                 Some(tokio::spawn(worker::run(ctx)))

@@ -6,8 +6,9 @@ use crate::controllers;
 use crate::error::AppError;
 use crate::job_store::wakeup::Wakeup;
 use crate::links::LinkSigner;
+use crate::metrics::Metrics;
 use crate::storage::Stores;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::Router;
 use leptos::prelude::LeptosOptions;
@@ -33,19 +34,30 @@ pub struct AppState {
     pub links: Arc<LinkSigner>,
     /// Wakes this process's worker when a job is queued.
     pub wakeup: Wakeup,
+    /// This process's metrics, shared with its worker.
+    pub metrics: Metrics,
 }
 
 impl AppState {
     /// Builds the state, loading the link-signing keys.
     pub async fn new(db: DatabaseConnection, config: Arc<Config>, clock: SharedClock) -> Result<AppState, sea_orm::DbErr> {
         let links = LinkSigner::load(&db, config.signing_key.as_deref()).await?;
-        Ok(AppState { stores: Arc::new(Stores::new(config.clone())), db, config, clock, links: Arc::new(links), wakeup: Wakeup::default() })
+        Ok(AppState { stores: Arc::new(Stores::new(config.clone())), db, config, clock, links: Arc::new(links), wakeup: Wakeup::default(), metrics: Metrics::default() })
     }
 
     /// Now, in epoch milliseconds, from the injectable clock.
     pub fn now_ms(&self) -> i64 {
         self.clock.now().as_millisecond()
     }
+}
+
+/// Counts every answer of the API by its route pattern (never the path itself: ids would make a
+/// series per export) and status.
+async fn count_requests(State(metrics): State<Metrics>, req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let route = req.extensions().get::<axum::extract::MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let resp = next.run(req).await;
+    metrics.http_requests.with_label_values(&[route.as_str(), resp.status().as_str()]).inc();
+    resp
 }
 
 async fn unknown_api_route() -> AppError {
@@ -72,8 +84,10 @@ pub fn api_router(state: AppState) -> Router {
         .route("/files/{id}", get(controllers::downloads::serve_link))
         .route("/healthz", get(controllers::health::healthz))
         .route("/readyz", get(controllers::health::readyz))
+        .route("/metrics", get(controllers::health::metrics))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), count_requests))
         .with_state(state)
 }
 
@@ -92,5 +106,40 @@ pub fn app_router(state: AppState) -> Router {
         })
         .fallback(leptos_axum::file_and_error_handler(app::shell))
         .with_state(options);
-    api_router(state).merge(page)
+    traced(api_router(state).merge(page))
+}
+
+/// A worker process's own listener: `GET /metrics` only.
+pub fn metrics_router(metrics: Metrics, db: DatabaseConnection) -> Router {
+    async fn scrape(State((metrics, db)): State<(Metrics, DatabaseConnection)>) -> Result<axum::response::Response, AppError> {
+        use axum::response::IntoResponse;
+        let text = metrics.render(&db).await?;
+        Ok(([(axum::http::header::CONTENT_TYPE, controllers::health::PROMETHEUS_TEXT)], text).into_response())
+    }
+    Router::new().route("/metrics", get(scrape)).with_state((metrics, db))
+}
+
+/// The name of the request id header, taken from the request or made, and sent back.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// Every request in a span that carries its request id, so each log line of the request names
+/// it, with the id sent back in `X-Request-Id`, and one line per answer (status, latency). The
+/// span shows the path only: the query of a signed link is a credential.
+fn traced(router: Router) -> Router {
+    use axum::http::{HeaderName, Request};
+    use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+    use tower_http::trace::{DefaultOnResponse, TraceLayer};
+    let header = HeaderName::from_static(REQUEST_ID);
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(|req: &Request<axum::body::Body>| {
+            let id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+            tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path())
+        })
+        .on_response(DefaultOnResponse::new().level(tracing::Level::INFO));
+    router.layer(
+        tower::ServiceBuilder::new()
+            .layer(SetRequestIdLayer::new(header.clone(), MakeRequestUuid))
+            .layer(trace)
+            .layer(PropagateRequestIdLayer::new(header)),
+    )
 }

@@ -8,7 +8,7 @@
 use crate::config::Config;
 use crate::error::AppError;
 use futures::stream::BoxStream;
-use object_store::aws::{AmazonS3Builder, S3CopyIfNotExists};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3CopyIfNotExists};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
@@ -49,31 +49,89 @@ pub struct ExportStore {
     local: Option<Arc<LocalFileSystem>>,
     /// The part size of staging uploads.
     part_bytes: usize,
+    /// Presigns downloads on an S3 store.
+    presigner: Option<Arc<Presigner>>,
+}
+
+/// Presigned GETs of one S3 bucket (SigV4 query signing, by rusty-s3: object_store's signer takes
+/// no response overrides, and the published object carries no Content-Type of its own, as the
+/// multipart copy that publishes it drops the staged object's attributes).
+#[derive(Debug)]
+pub struct Presigner {
+    bucket: rusty_s3::Bucket,
+    credentials: rusty_s3::Credentials,
+    /// The store's key prefix (`s3://bucket/prefix`), without slashes at its ends.
+    prefix: String,
+}
+
+impl Presigner {
+    /// From the same `AWS_*` variables object_store's S3 client reads: the endpoint (or AWS's
+    /// regional one), path-style unless virtual-hosted style is asked for, static keys.
+    fn from_vars(vars: &HashMap<String, String>, bucket: &str, prefix: &str) -> Result<Presigner, String> {
+        let var = |names: &[&str]| names.iter().find_map(|n| vars.get(*n).filter(|v| !v.is_empty()).cloned());
+        let region = var(&["AWS_REGION", "AWS_DEFAULT_REGION"]).unwrap_or_else(|| "us-east-1".to_owned());
+        let endpoint = var(&["AWS_ENDPOINT", "AWS_ENDPOINT_URL"]).unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
+        let endpoint: url::Url = endpoint.parse().map_err(|e| format!("AWS_ENDPOINT is not a URL: {e}"))?;
+        let virtual_hosted = var(&["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"]).is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let style = if virtual_hosted { rusty_s3::UrlStyle::VirtualHost } else { rusty_s3::UrlStyle::Path };
+        let bucket = rusty_s3::Bucket::new(endpoint, style, bucket.to_owned(), region).map_err(|e| format!("cannot presign for s3://{bucket}: {e}"))?;
+        let (Some(key), Some(secret)) = (var(&["AWS_ACCESS_KEY_ID"]), var(&["AWS_SECRET_ACCESS_KEY"])) else {
+            return Err("an S3 store needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to presign downloads".into());
+        };
+        let credentials = match var(&["AWS_SESSION_TOKEN"]) {
+            Some(token) => rusty_s3::Credentials::new_with_token(key, secret, token),
+            None => rusty_s3::Credentials::new(key, secret),
+        };
+        Ok(Presigner { bucket, credentials, prefix: prefix.to_owned() })
+    }
+
+    /// A GET of `key` valid for `ttl`, answered as `text/csv; charset=utf-8` and as an
+    /// attachment named `filename`.
+    pub fn get(&self, key: &str, ttl: std::time::Duration, filename: &str) -> String {
+        use rusty_s3::S3Action;
+        let object = if self.prefix.is_empty() { key.to_string() } else { format!("{}/{key}", self.prefix) };
+        let disposition = format!("attachment; filename=\"{filename}\"");
+        let mut action = rusty_s3::actions::GetObject::new(&self.bucket, Some(&self.credentials), &object);
+        action.query_mut().insert("response-content-type", "text/csv; charset=utf-8");
+        action.query_mut().insert("response-content-disposition", disposition.as_str());
+        action.sign(ttl).to_string()
+    }
 }
 
 impl ExportStore {
     /// Opens a store from its URL: `file://folder` or `s3://bucket[/prefix]` (with the `AWS_*`
     /// variables; an S3-compatible server through `AWS_ENDPOINT` and `AWS_ALLOW_HTTP`).
     pub fn open(url: &str) -> Result<ExportStore, String> {
+        ExportStore::open_with(url, &std::env::vars().collect())
+    }
+
+    /// [`ExportStore::open`] with the `AWS_*` settings taken from `vars` instead of the process's
+    /// environment.
+    pub fn open_with(url: &str, vars: &HashMap<String, String>) -> Result<ExportStore, String> {
         if let Some(path) = url.strip_prefix("file://") {
             let path = if path.is_empty() { "." } else { path };
             std::fs::create_dir_all(path).map_err(|e| format!("cannot create {path}: {e}"))?;
             let root = std::fs::canonicalize(path).map_err(|e| format!("cannot open {path}: {e}"))?;
             let store = Arc::new(LocalFileSystem::new_with_prefix(&root).map_err(|e| format!("cannot open {path}: {e}"))?);
-            return Ok(ExportStore { objects: store.clone(), local_root: Some(root), local: Some(store), part_bytes: LOCAL_PART_BYTES });
+            return Ok(ExportStore { objects: store.clone(), local_root: Some(root), local: Some(store), part_bytes: LOCAL_PART_BYTES, presigner: None });
         }
         if let Some(rest) = url.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             // Publishing copies a staged object only if the final key is absent; on S3 that is a
             // conditional multipart copy (`If-None-Match: *` on completion).
-            let s3 = AmazonS3Builder::from_env()
+            let s3 = vars
+                .iter()
+                .filter(|(name, _)| name.starts_with("AWS_"))
+                .filter_map(|(name, value)| Some((name.to_ascii_lowercase().parse::<AmazonS3ConfigKey>().ok()?, value)))
+                .fold(AmazonS3Builder::new(), |builder, (key, value)| builder.with_config(key, value))
                 .with_bucket_name(bucket)
                 .with_copy_if_not_exists(S3CopyIfNotExists::Multipart)
                 .build()
                 .map_err(|e| format!("cannot open s3://{bucket}: {e}"))?;
             let prefix = prefix.trim_matches('/');
+            let presigner = Some(Arc::new(Presigner::from_vars(vars, bucket, prefix)?));
             let objects: Arc<dyn ObjectStore> = if prefix.is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix.to_owned())) };
-            return Ok(ExportStore { objects, local_root: None, local: None, part_bytes: PART_BYTES });
+            return Ok(ExportStore { objects, local_root: None, local: None, part_bytes: PART_BYTES, presigner });
         }
         Err(format!("unsupported store URL {url:?}: use file://… or s3://…"))
     }
@@ -81,6 +139,27 @@ impl ExportStore {
     /// The underlying object store.
     pub fn objects(&self) -> &Arc<dyn ObjectStore> {
         &self.objects
+    }
+
+    /// On S3, what presigns its downloads; a local folder's are served by exportd itself.
+    pub fn presigner(&self) -> Option<&Presigner> {
+        self.presigner.as_deref()
+    }
+
+    /// Whether the store answers: a local folder is still a folder; an S3 bucket answers a HEAD
+    /// (a missing probe object is an answer).
+    pub async fn check(&self) -> Result<(), object_store::Error> {
+        if let Some(root) = &self.local_root {
+            return match std::fs::metadata(root) {
+                Ok(meta) if meta.is_dir() => Ok(()),
+                Ok(_) => Err(object_store::Error::Generic { store: "local", source: "the store's folder is not a folder".into() }),
+                Err(e) => Err(object_store::Error::Generic { store: "local", source: Box::new(e) }),
+            };
+        }
+        match self.objects.head(&Path::from("readyz-probe")).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// An upload to `key` that sends parts as they fill.
@@ -280,12 +359,27 @@ impl Stores {
 
     /// The store of a deployment.
     pub fn for_deployment(&self, deployment: &str) -> Result<ExportStore, AppError> {
-        let mut opened = self.opened.lock().map_err(|_| AppError::Internal("store registry poisoned".into()))?;
-        if let Some(store) = opened.get(deployment) {
+        self.cached(deployment, || self.config.store_url_for(deployment)).map_err(AppError::Internal)
+    }
+
+    /// Every store this process is configured with, by name: `default`, then each deployment's
+    /// own (`EXPORTD_STORE_<DEPLOYMENT>`).
+    pub fn configured(&self) -> Vec<(String, Result<ExportStore, String>)> {
+        // Not a deployment name: deployments are the tenants' slugs of letters.
+        let mut all = vec![("default".to_owned(), self.cached("\0default", || self.config.store_url.clone()))];
+        for deployment in self.config.deployment_stores.keys() {
+            all.push((deployment.clone(), self.cached(deployment, || self.config.store_url_for(deployment))));
+        }
+        all
+    }
+
+    fn cached(&self, name: &str, url: impl FnOnce() -> String) -> Result<ExportStore, String> {
+        let mut opened = self.opened.lock().map_err(|_| "store registry poisoned".to_owned())?;
+        if let Some(store) = opened.get(name) {
             return Ok(store.clone());
         }
-        let store = ExportStore::open(&self.config.store_url_for(deployment)).map_err(AppError::Internal)?;
-        opened.insert(deployment.to_owned(), store.clone());
+        let store = ExportStore::open(&url())?;
+        opened.insert(name.to_owned(), store.clone());
         Ok(store)
     }
 }

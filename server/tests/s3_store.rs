@@ -34,3 +34,137 @@ async fn an_upload_that_fails_midway_is_aborted_and_leaves_no_multipart_upload_i
     w.signal("TERM");
     assert!(w.wait_exit(LONG).await.success());
 }
+
+/// The environment of exportd processes on moto with `stores` (variable, URL) set.
+fn s3_env(moto: &Moto, stores: &[(&str, &str)]) -> Vec<(&'static str, String)> {
+    let mut env = moto.env();
+    env.push(("EXPORTD_LINK_TTL_SECS", "123".into()));
+    for (name, url) in stores {
+        env.push((Box::leak(name.to_string().into_boxed_str()), url.to_string()));
+    }
+    env
+}
+
+fn borrowed<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// Follows a download's 303 to the presigned URL; checks it lasts the link TTL; returns the file.
+async fn presigned_download(api: &Api, moto: &Moto, id: &str) -> (reqwest::header::HeaderMap, bytes::Bytes) {
+    let resp = api.client.get(format!("{}/api/exports/{id}/download", api.base)).bearer_auth(&api.token).send().await.unwrap();
+    assert_eq!(resp.status(), 303);
+    let url = resp.headers()["location"].to_str().unwrap().to_owned();
+    assert!(url.starts_with(&moto.endpoint), "a presigned URL of the store: {url}");
+    assert!(url.contains("X-Amz-Expires=123"), "the link lasts EXPORTD_LINK_TTL_SECS: {url}");
+    assert!(url.contains("X-Amz-Signature="), "{url}");
+    // The type and disposition are response overrides signed into the URL (the published object
+    // has none of its own); AWS S3 answers with them. moto ignores them, so they are checked here.
+    let query: std::collections::HashMap<String, String> = url::Url::parse(&url).unwrap().query_pairs().into_owned().collect();
+    assert_eq!(query["response-content-type"], "text/csv; charset=utf-8");
+    assert_eq!(query["response-content-disposition"], format!("attachment; filename=\"orders-{id}.csv\""));
+    let file = api.client.get(&url).send().await.unwrap();
+    assert_eq!(file.status(), 200);
+    (file.headers().clone(), file.bytes().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_on_s3_is_published_once_and_downloaded_through_a_presigned_link() {
+    let moto = Moto::start().await;
+    moto.bucket("exports").await;
+    let p = Prepared::new(Backend::Postgres, 2_000).await;
+    let env = s3_env(&moto, &[("EXPORTD_STORE", "s3://exports")]);
+    let mut logged = env.clone();
+    logged.extend([("EXPORTD_LOG", "info".to_owned()), ("EXPORTD_LOG_FORMAT", "json".to_owned())]);
+    let (api_proc, base) = p.api_with(&borrowed(&logged)).await;
+    let api = Api::new(&base, &p.token);
+    let mut w = p.worker("w", &borrowed(&env), &[]);
+    let (status, view) = api.create("on-s3", &everything("orders")).await;
+    assert_eq!(status, 202);
+    let id = view["id"].as_str().unwrap().to_owned();
+    let done = api.wait_status(&id, &["ready", "failed"], LONG).await;
+    assert_eq!(done["status"], "ready", "{done}");
+
+    let published = moto.keys("exports", "exports/").await;
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert!(published[0].ends_with(&format!("{}.csv", done["artifact"]["sha256"].as_str().unwrap())), "{published:?}");
+    assert!(moto.keys("exports", "staging/").await.is_empty(), "staging removed");
+
+    let (headers, bytes) = presigned_download(&api, &moto, &id).await;
+    assert_eq!(support::procs::sha256(&bytes), done["artifact"]["sha256"].as_str().unwrap());
+    assert!(headers.contains_key("etag"), "{headers:?}");
+    // The API's log: JSON lines naming each request's id, and never a presigned URL.
+    let download = format!("/api/exports/{id}/download");
+    api_proc.wait_line(&["\"request_id\":\"", &download, "\"status\":303"], LONG).await;
+    assert!(!api_proc.has_line(&["X-Amz-Signature"]), "a presigned URL reached the log");
+    w.signal("TERM");
+    assert!(w.wait_exit(LONG).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_publisher_of_the_same_file_on_s3_finds_it_there_and_still_releases() {
+    let moto = Moto::start().await;
+    moto.bucket("exports").await;
+    let p = Prepared::new(Backend::Postgres, 2_000).await;
+    let env = s3_env(&moto, &[("EXPORTD_STORE", "s3://exports")]);
+    let (_api, base) = p.api_with(&borrowed(&env)).await;
+    let api = Api::new(&base, &p.token);
+    // The first worker publishes and dies before it can release.
+    let mut crashing = env.clone();
+    crashing.push(("FAILPOINTS", "after_publish=return(crash)".into()));
+    let mut first = p.worker("first", &borrowed(&crashing), &[]);
+    let (_, view) = api.create("published-twice", &everything("orders")).await;
+    let id = view["id"].as_str().unwrap().to_owned();
+    assert!(!first.wait_exit(LONG).await.success(), "the first worker crashed after publishing");
+    assert_eq!(moto.keys("exports", "exports/").await.len(), 1, "the first attempt published");
+
+    // The second takes the job back when the lease lapses, streams the same bytes to the same
+    // content-addressed key, meets the object there (a 412 on moto) and releases.
+    let mut second = p.worker("second", &borrowed(&env), &[]);
+    let done = api.wait_status(&id, &["ready", "failed"], LONG).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    assert_eq!(done["attempt"], 2, "{done}");
+    assert_eq!(moto.keys("exports", "exports/").await.len(), 1, "no second object");
+    assert!(second.has_line(&["file already published"]), "the second publisher met the object there");
+    let (_, bytes) = presigned_download(&api, &moto, &id).await;
+    assert_eq!(support::procs::sha256(&bytes), done["artifact"]["sha256"].as_str().unwrap());
+    second.signal("TERM");
+    assert!(second.wait_exit(LONG).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_deployment_writes_and_reads_only_its_own_bucket() {
+    let moto = Moto::start().await;
+    for bucket in ["shared", "ksa-exports", "uae-exports"] {
+        moto.bucket(bucket).await;
+    }
+    let p = Prepared::new(Backend::Postgres, 2_000).await;
+    let env = s3_env(&moto, &[("EXPORTD_STORE", "s3://shared"), ("EXPORTD_STORE_KSA", "s3://ksa-exports"), ("EXPORTD_STORE_UAE", "s3://uae-exports/reports")]);
+    let (_api, base) = p.api_with(&borrowed(&env)).await;
+    let mut w = p.worker("w", &borrowed(&env), &[]);
+    let acme = Api::new(&base, &p.token);
+    let globex = Api::new(&base, p.run_ok(&["token", "create", "gina@globex.test"]).await.trim());
+    let (_, ksa) = acme.create("ksa", &everything("orders")).await;
+    let (_, uae) = globex.create("uae", &everything("orders")).await;
+    assert_eq!(ksa["resolved"]["deployment"], "ksa");
+    assert_eq!(uae["resolved"]["deployment"], "uae");
+    let ksa_id = ksa["id"].as_str().unwrap().to_owned();
+    let uae_id = uae["id"].as_str().unwrap().to_owned();
+    let ksa_done = acme.wait_status(&ksa_id, &["ready", "failed"], LONG).await;
+    let uae_done = globex.wait_status(&uae_id, &["ready", "failed"], LONG).await;
+    assert_eq!((ksa_done["status"].as_str(), uae_done["status"].as_str()), (Some("ready"), Some("ready")), "{ksa_done} {uae_done}");
+
+    let in_ksa = moto.keys("ksa-exports", "").await;
+    let in_uae = moto.keys("uae-exports", "").await;
+    assert_eq!(in_ksa.len(), 1, "{in_ksa:?}");
+    assert!(in_ksa[0].starts_with("exports/ten_acme/"), "{in_ksa:?}");
+    assert_eq!(in_uae.len(), 1, "{in_uae:?}");
+    assert!(in_uae[0].starts_with("reports/exports/ten_globex/"), "under the store's prefix: {in_uae:?}");
+    assert!(moto.keys("shared", "").await.is_empty(), "nothing in the default store");
+
+    let (_, bytes) = presigned_download(&acme, &moto, &ksa_id).await;
+    assert_eq!(support::procs::sha256(&bytes), ksa_done["artifact"]["sha256"].as_str().unwrap());
+    let (_, bytes) = presigned_download(&globex, &moto, &uae_id).await;
+    assert_eq!(support::procs::sha256(&bytes), uae_done["artifact"]["sha256"].as_str().unwrap());
+    w.signal("TERM");
+    assert!(w.wait_exit(LONG).await.success());
+}

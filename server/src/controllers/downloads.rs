@@ -12,10 +12,11 @@ use app::ExportStatus;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use futures::TryStreamExt;
+use object_store::{GetOptions, GetRange};
 use sea_orm::EntityTrait;
 
 /// `GET /api/exports/{id}/download`: 303 to a freshly minted link.
@@ -35,14 +36,60 @@ fn header_value(s: &str) -> Result<HeaderValue, AppError> {
     HeaderValue::from_str(s).map_err(|e| AppError::Internal(e.to_string()))
 }
 
-/// `GET /files/{id}?…`: the bytes of a ready artifact, after checking the link and re-checking
-/// the minting actor's authority.
+/// What part of an artifact an answer carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    /// The whole file (200).
+    Whole,
+    /// One range, first and last byte inclusive (206).
+    Range(u64, u64),
+}
+
+/// Whether `If-Range` lets a `Range` apply: an entity tag that equals ours by strong comparison
+/// (RFC 9110 §13.1.5). A date never does, as the answers carry no `Last-Modified`.
+fn if_range_allows(headers: &HeaderMap, etag: &str) -> bool {
+    match headers.get(header::IF_RANGE) {
+        None => true,
+        Some(v) => v.to_str().is_ok_and(|v| v.trim() == etag),
+    }
+}
+
+/// The part of a `len`-byte file with ETag `etag` that a request asks for (RFC 9110 §14): a
+/// `Range` applies to GET only, and only when `If-Range` (if sent) names this file; one range
+/// gives that part; several give the whole file (a server may ignore `Range`, and one file is
+/// all a resumed download needs); a `Range` that does not parse is ignored; one that no byte of
+/// the file satisfies is 416.
+fn requested_part(method: &Method, headers: &HeaderMap, len: u64, etag: &str) -> Result<Part, AppError> {
+    let Some(range) = headers.get(header::RANGE) else { return Ok(Part::Whole) };
+    if *method != Method::GET || !if_range_allows(headers, etag) {
+        return Ok(Part::Whole);
+    }
+    let Ok(parsed) = range.to_str().map_err(|_| ()).and_then(|v| http_range_header::parse_range_header(v).map_err(|_| ())) else {
+        return Ok(Part::Whole);
+    };
+    if parsed.ranges.len() > 1 {
+        return Ok(Part::Whole);
+    }
+    match parsed.validate(len).as_deref() {
+        Ok([only]) => Ok(Part::Range(*only.start(), *only.end())),
+        Ok(_) => Ok(Part::Whole),
+        Err(_) => Err(AppError::RangeNotSatisfiable { len }),
+    }
+}
+
+/// `GET /files/{id}?…` (and `HEAD`): the bytes of a ready artifact, after checking the link and
+/// re-checking the minting actor's authority; a `Range` gives one part of it.
 #[utoipa::path(get, path = "/files/{id}", tag = "downloads",
     params(("id" = String, Path), ("d" = String, Query, description = "artifact digest"), ("a" = String, Query, description = "minting actor"),
-        ("e" = i64, Query, description = "expiry, epoch seconds"), ("k" = String, Query, description = "key id"), ("s" = String, Query, description = "signature")),
-    responses((status = 200, description = "The CSV", content_type = "text/csv"), (status = 403, description = "link-invalid, link-expired or permission-revoked", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-not-ready", body = app::Problem, content_type = "application/problem+json"), (status = 410, description = "artifact-expired", body = app::Problem, content_type = "application/problem+json")))]
+        ("e" = i64, Query, description = "expiry, epoch seconds"), ("k" = String, Query, description = "key id"), ("s" = String, Query, description = "signature"),
+        ("Range" = Option<String>, Header, description = "one byte range (RFC 9110 §14)"), ("If-Range" = Option<String>, Header, description = "the ETag the range is for")),
+    responses((status = 200, description = "The CSV", content_type = "text/csv"), (status = 206, description = "One range of the CSV", content_type = "text/csv"),
+        (status = 403, description = "link-invalid, link-expired or permission-revoked", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-not-ready", body = app::Problem, content_type = "application/problem+json"), (status = 410, description = "artifact-expired", body = app::Problem, content_type = "application/problem+json"),
+        (status = 416, description = "range-not-satisfiable", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn serve_link(
     State(state): State<AppState>,
+    method: Method,
+    headers: HeaderMap,
     Path(id): Path<String>,
     query: Result<Query<LinkQuery>, QueryRejection>,
 ) -> Result<Response, AppError> {
@@ -64,30 +111,100 @@ pub async fn serve_link(
     if !allowed {
         return Err(AppError::PermissionRevoked);
     }
-    let key = m.artifact_key.clone().ok_or_else(|| AppError::Internal(format!("ready export {} has no artifact key", m.id)))?;
+    let key = object_store::path::Path::from(m.artifact_key.clone().ok_or_else(|| AppError::Internal(format!("ready export {} has no artifact key", m.id)))?);
     let store = state.stores.for_deployment(&m.deployment)?;
-    let object = match store.objects().get(&object_store::path::Path::from(key)).await {
-        Ok(object) => object,
+    let gone = |e: object_store::Error| match e {
         // Gone from the store (retention ran, or someone removed it): expired, not an error.
-        Err(object_store::Error::NotFound { .. }) => return Err(AppError::ArtifactExpired),
-        Err(e) => return Err(e.into()),
+        object_store::Error::NotFound { .. } => AppError::ArtifactExpired,
+        e => e.into(),
     };
-    let stream = object.into_stream().map_err(std::io::Error::other);
-    audit::record_event(&state.db, &m, Mover::User(&grant.actor_id), state.now_ms(), "downloaded").await?;
+    let len = match m.artifact_bytes {
+        Some(bytes) => bytes as u64,
+        None => store.objects().head(&key).await.map_err(gone)?.size,
+    };
+    let etag = format!("\"{}\"", grant.sha256);
+    let part = requested_part(&method, &headers, len, &etag)?;
+
+    let body = if method == Method::HEAD {
+        // The same answer as a GET, without reading the file or recording a download.
+        store.objects().head(&key).await.map_err(gone)?;
+        Body::empty()
+    } else {
+        let range = match part {
+            Part::Whole => None,
+            Part::Range(first, last) => Some(GetRange::Bounded(first..last + 1)),
+        };
+        let object = store.objects().get_opts(&key, GetOptions { range, ..Default::default() }).await.map_err(gone)?;
+        let detail = match part {
+            Part::Whole => "downloaded".to_owned(),
+            Part::Range(first, last) => format!("downloaded bytes {first}-{last}"),
+        };
+        audit::record_event(&state.db, &m, Mover::User(&grant.actor_id), state.now_ms(), &detail).await?;
+        Body::from_stream(object.into_stream().map_err(std::io::Error::other))
+    };
 
     let digest = hex::decode(&grant.sha256).map_err(|e| AppError::Internal(e.to_string()))?;
-    let filename = format!("{}-{}.csv", m.report, m.id);
-    let mut resp = Response::new(Body::from_stream(stream));
+    let filename = service::download_filename(&m);
+    let mut resp = Response::new(body);
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
     h.insert(header::CONTENT_DISPOSITION, header_value(&format!("attachment; filename=\"{filename}\""))?);
     h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
-    h.insert(header::ETAG, header_value(&format!("\"{}\"", grant.sha256))?);
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::ETAG, header_value(&etag)?);
+    // The digest of the whole file, on a part too: a resumed download checks what it assembled.
     h.insert("content-digest", header_value(&format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(digest)))?);
-    if let Some(bytes) = m.artifact_bytes {
-        h.insert(header::CONTENT_LENGTH, header_value(&bytes.to_string())?);
+    match part {
+        Part::Whole => {
+            h.insert(header::CONTENT_LENGTH, header_value(&len.to_string())?);
+        }
+        Part::Range(first, last) => {
+            h.insert(header::CONTENT_LENGTH, header_value(&(last - first + 1).to_string())?);
+            h.insert(header::CONTENT_RANGE, header_value(&format!("bytes {first}-{last}/{len}"))?);
+            *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+        }
     }
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ETAG: &str = "\"abc\"";
+
+    fn part(method: Method, pairs: &[(header::HeaderName, &str)], len: u64) -> Result<Part, AppError> {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(name.clone(), HeaderValue::from_str(value).unwrap());
+        }
+        requested_part(&method, &headers, len, ETAG)
+    }
+
+    #[test]
+    fn one_range_gives_its_bytes_and_a_suffix_counts_from_the_end() {
+        assert_eq!(part(Method::GET, &[(header::RANGE, "bytes=0-99")], 1000).unwrap(), Part::Range(0, 99));
+        assert_eq!(part(Method::GET, &[(header::RANGE, "bytes=-100")], 1000).unwrap(), Part::Range(900, 999));
+        assert_eq!(part(Method::GET, &[(header::RANGE, "bytes=990-")], 1000).unwrap(), Part::Range(990, 999));
+        assert_eq!(part(Method::GET, &[(header::RANGE, "bytes=900-5000")], 1000).unwrap(), Part::Range(900, 999));
+    }
+
+    #[test]
+    fn a_range_past_the_end_is_unsatisfiable_and_a_malformed_or_multiple_one_gives_the_whole_file() {
+        assert!(matches!(part(Method::GET, &[(header::RANGE, "bytes=1000-")], 1000), Err(AppError::RangeNotSatisfiable { len: 1000 })));
+        assert_eq!(part(Method::GET, &[(header::RANGE, "bytes=0-9,20-29")], 1000).unwrap(), Part::Whole);
+        assert_eq!(part(Method::GET, &[(header::RANGE, "pages=1")], 1000).unwrap(), Part::Whole);
+        assert_eq!(part(Method::GET, &[], 1000).unwrap(), Part::Whole);
+    }
+
+    #[test]
+    fn if_range_applies_the_range_only_to_the_same_file_and_head_ignores_ranges() {
+        assert_eq!(part(Method::GET, &[(header::RANGE, "bytes=0-9"), (header::IF_RANGE, ETAG)], 1000).unwrap(), Part::Range(0, 9));
+        assert_eq!(part(Method::GET, &[(header::RANGE, "bytes=0-9"), (header::IF_RANGE, "\"other\"")], 1000).unwrap(), Part::Whole);
+        assert_eq!(part(Method::GET, &[(header::RANGE, "bytes=0-9"), (header::IF_RANGE, "W/\"abc\"")], 1000).unwrap(), Part::Whole);
+        assert_eq!(part(Method::GET, &[(header::RANGE, "bytes=0-9"), (header::IF_RANGE, "Tue, 01 Dec 2026 10:00:00 GMT")], 1000).unwrap(), Part::Whole);
+        assert_eq!(part(Method::HEAD, &[(header::RANGE, "bytes=0-9")], 1000).unwrap(), Part::Whole);
+    }
 }

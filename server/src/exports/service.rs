@@ -79,6 +79,16 @@ fn replay_or_conflict(existing: &exports::Model, fingerprint: Option<&str>) -> R
 
 /// Creates an export, or replays the one bound to the key (SPEC §3.1, in its order of checks).
 pub async fn create_export(state: &AppState, actor: &Actor, headers: &HeaderMap, body: &[u8]) -> Result<CreateOutcome, AppError> {
+    let outcome = create_or_replay(state, actor, headers, body).await;
+    match &outcome {
+        Ok(CreateOutcome::Replayed(_)) => state.metrics.replays.inc(),
+        Err(AppError::IdempotencyKeyReused { .. }) => state.metrics.key_reuse_conflicts.inc(),
+        _ => {}
+    }
+    outcome
+}
+
+async fn create_or_replay(state: &AppState, actor: &Actor, headers: &HeaderMap, body: &[u8]) -> Result<CreateOutcome, AppError> {
     if !actor.role.may_export() {
         return Err(AppError::ExportNotPermitted("your role may not export".into()));
     }
@@ -210,14 +220,27 @@ pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Re
         .ok_or(AppError::ExportNotFound)
 }
 
-/// A link for `actor` to the artifact of a ready export, if they may download it now.
+/// The name a downloaded file is saved under.
+pub fn download_filename(m: &exports::Model) -> String {
+    format!("{}-{}.csv", m.report, m.id)
+}
+
+/// A link for `actor` to the artifact of a ready export, if they may download it now: on S3 a
+/// presigned GET (the store cannot re-check authority, so the link's lifetime is the bound), on a
+/// local folder a signed `/files/…` link that re-checks authority when it is used. Either lasts
+/// `EXPORTD_LINK_TTL_SECS`.
 fn mint_download(state: &AppState, actor: &Actor, m: &exports::Model) -> Result<Option<DownloadView>, AppError> {
-    let (Some(sha), Ok(ExportStatus::Ready)) = (&m.artifact_sha256, status_of(m)) else { return Ok(None) };
+    let (Some(sha), Some(key), Ok(ExportStatus::Ready)) = (&m.artifact_sha256, &m.artifact_key, status_of(m)) else { return Ok(None) };
     if m.artifact_expired || !role_covers(actor.role, &m.report, &resolved_of(m)?) {
         return Ok(None);
     }
-    let expires = (state.now_ms() + state.config.link_ttl.as_millis() as i64) / 1000;
-    let url = state.links.mint(&m.id, sha, &actor.user_id, expires)?;
+    let ttl = state.config.link_ttl;
+    let expires = (state.now_ms() + ttl.as_millis() as i64) / 1000;
+    let store = state.stores.for_deployment(&m.deployment)?;
+    let url = match store.presigner() {
+        Some(presigner) => presigner.get(key, ttl, &download_filename(m)),
+        None => state.links.mint(&m.id, sha, &actor.user_id, expires)?,
+    };
     Ok(Some(DownloadView { url, expires_at: rfc3339(expires * 1000) }))
 }
 

@@ -74,6 +74,7 @@ pub async fn pass(ctx: &WorkerContext, sweep: bool) -> Result<Pass, DbErr> {
     let by = Mover::Janitor(&ctx.worker_id);
     let now = db_now_ms(&ctx.db).await?;
     done.leases_expired = expire_leases(ctx, now, by).await?;
+    ctx.metrics.lease_reclaims.inc_by(done.leases_expired as u64);
     done.unclaimed_failed = fail_unclaimed(ctx, now, by).await?;
     done.artifacts_expired = expire_artifacts(ctx, now, by).await?;
     done.records_purged = purge_records(ctx, now).await?;

@@ -11,6 +11,7 @@ pub mod snapshot;
 
 use crate::config::{Config, WorkerConfig};
 use crate::db;
+use crate::metrics::Metrics;
 use crate::job_store::claims::{self, Claimant};
 use crate::job_store::transitions::RetryPolicy;
 use crate::job_store::wakeup::{self, Wakeup};
@@ -45,11 +46,20 @@ pub struct WorkerContext {
     pub faults: faults::Faults,
     /// Wakes the claim loops when a job is queued in this process.
     pub wakeup: Wakeup,
+    /// This process's metrics.
+    pub metrics: Metrics,
 }
 
 impl WorkerContext {
     /// Opens the worker's own pools on the configured database.
-    pub async fn connect(config: Arc<Config>, worker: WorkerConfig, stores: Arc<Stores>, shutdown: CancellationToken, wakeup: Wakeup) -> Result<WorkerContext, DbErr> {
+    pub async fn connect(
+        config: Arc<Config>,
+        worker: WorkerConfig,
+        stores: Arc<Stores>,
+        shutdown: CancellationToken,
+        wakeup: Wakeup,
+        metrics: Metrics,
+    ) -> Result<WorkerContext, DbErr> {
         let (db, snapshots) = db::worker_pools(&config.database_url, worker.concurrency).await?;
         Ok(WorkerContext {
             db,
@@ -61,6 +71,7 @@ impl WorkerContext {
             shutdown,
             faults: faults::Faults::default(),
             wakeup,
+            metrics,
         })
     }
 
@@ -101,6 +112,7 @@ async fn claim_loop(ctx: WorkerContext) {
         woken.as_mut().enable();
         let wait = match claims::claim(&ctx.db, &ctx.claimant()).await {
             Ok(Some(job)) => {
+                ctx.metrics.claims.inc();
                 // In a task of its own, so a panic ends only this attempt (its lease stops and the
                 // janitor takes the job back), not the claim loop.
                 let (id, attempt) = (job.id.clone(), tokio::spawn({

@@ -80,6 +80,7 @@ pub fn test_config(database_url: &str, dir: &std::path::Path) -> Config {
     Config {
         database_url: database_url.to_owned(),
         store_url: format!("file://{}/objects", dir.display()),
+        deployment_stores: Default::default(),
         signing_key: None,
         lease: Duration::from_secs(5),
         link_ttl: Duration::from_secs(300),
@@ -129,6 +130,8 @@ pub struct TestApp {
     pub fault_scope: String,
     /// The wake-up the app's creates send to its in-process worker.
     pub wakeup: exportd::job_store::wakeup::Wakeup,
+    /// The metrics the app and its in-process workers share.
+    pub metrics: exportd::metrics::Metrics,
 }
 
 impl TestApp {
@@ -185,8 +188,8 @@ impl TestApp {
             let _ = axum::serve(listener, router.into_make_service_with_connect_info::<std::net::SocketAddr>()).with_graceful_shutdown(async move { token.cancelled().await }).await;
         });
         let fault_scope = format!("{}/", uuid::Uuid::new_v4().simple());
-        let wakeup = state.wakeup.clone();
-        let mut app = TestApp { addr, db, dir, config, shutdown, backend, database_url, server, worker: None, _pg: pg, fault_scope, wakeup };
+        let (wakeup, metrics) = (state.wakeup.clone(), state.metrics.clone());
+        let mut app = TestApp { addr, db, dir, config, shutdown, backend, database_url, server, worker: None, _pg: pg, fault_scope, wakeup, metrics };
         if worker {
             app.start_worker(WorkerConfig { deployments: vec![], concurrency: 2 }).await;
         }
@@ -202,7 +205,7 @@ impl TestApp {
     /// A worker's context on this app's database, store, wake-up and fault scope, not running.
     pub async fn worker_context(&self, worker: WorkerConfig) -> WorkerContext {
         let stores = Arc::new(exportd::storage::Stores::new(self.config.clone()));
-        let mut ctx = WorkerContext::connect(self.config.clone(), worker, stores, self.shutdown.clone(), self.wakeup.clone()).await.expect("worker pools");
+        let mut ctx = WorkerContext::connect(self.config.clone(), worker, stores, self.shutdown.clone(), self.wakeup.clone(), self.metrics.clone()).await.expect("worker pools");
         ctx.faults = exportd::worker::faults::Faults::scoped(&self.fault_scope);
         ctx
     }

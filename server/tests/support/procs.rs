@@ -75,9 +75,17 @@ impl Prepared {
 
     /// Starts `exportd serve --no-worker` on a free port; returns it once it answers.
     pub async fn api(&self) -> (Proc, String) {
+        self.api_with(&[]).await
+    }
+
+    /// [`Prepared::api`] with extra environment (e.g. an S3 store).
+    pub async fn api_with(&self, env: &[(&str, &str)]) -> (Proc, String) {
         let port = free_port();
         let mut cmd = self.command();
         cmd.args(["serve", "--no-worker", "--bind", &format!("127.0.0.1:{port}")]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let proc = Proc::spawn(cmd, "api");
         let base = format!("http://127.0.0.1:{port}");
         wait_healthy(&base).await;
@@ -254,7 +262,9 @@ impl Api {
             return (resp.status().as_u16(), resp.bytes().await.unwrap());
         }
         let link = resp.headers()["location"].to_str().unwrap().to_owned();
-        let file = self.client.get(format!("{}{link}", self.base)).send().await.unwrap();
+        // A presigned S3 URL is absolute; exportd's own links are paths.
+        let link = if link.starts_with("http") { link } else { format!("{}{link}", self.base) };
+        let file = self.client.get(link).send().await.unwrap();
         (file.status().as_u16(), file.bytes().await.unwrap())
     }
 }

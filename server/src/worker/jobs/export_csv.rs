@@ -12,7 +12,8 @@ use crate::exports::view::{request_of, resolved_of};
 use crate::job_store::authority::Authority;
 use crate::job_store::transitions::{self, Artifact, Failure, Outcome, Refusal};
 use crate::job_store::Mover;
-use crate::storage::{artifact_key, staging_key, ExportStore, StagingUpload};
+use crate::metrics::release_lost;
+use crate::storage::{artifact_key, staging_key, ExportStore, Published, StagingUpload};
 use crate::worker::faults::Injected;
 use crate::worker::lease::{Holding, Lease};
 use crate::worker::snapshot::{self, Plan, Produced};
@@ -97,6 +98,7 @@ async fn end(ctx: &WorkerContext, job: &exports::Model, result: Result<Box<expor
             return;
         }
         Err(Stop::Lost) => {
+            ctx.metrics.fenced_writes_rejected.inc();
             tracing::warn!(export = %job.id, generation = job.generation, "attempt lost its lease: nothing published or released");
             return;
         }
@@ -107,10 +109,13 @@ async fn end(ctx: &WorkerContext, job: &exports::Model, result: Result<Box<expor
     };
     match ended {
         Ok(Outcome::Moved(row)) => tracing::info!(export = %job.id, generation = job.generation, status = %row.status, "attempt ended"),
-        Ok(Outcome::NotMoved(now)) => tracing::warn!(
-            export = %job.id, generation = job.generation, now = ?now.status, now_generation = now.generation,
-            "attempt lost its lease before it could end: someone else moved the job"
-        ),
+        Ok(Outcome::NotMoved(now)) => {
+            ctx.metrics.fenced_writes_rejected.inc();
+            tracing::warn!(
+                export = %job.id, generation = job.generation, now = ?now.status, now_generation = now.generation,
+                "attempt lost its lease before it could end: someone else moved the job"
+            )
+        }
         Err(e) => tracing::warn!(export = %job.id, error = %e, "could not record the end of an attempt; the janitor will once the lease expires"),
     }
 }
@@ -188,7 +193,11 @@ impl Attempt<'_> {
         transitions::fence(&self.ctx.db, job, self.ctx.config.lease, authority).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
         self.fault("before_publish")?;
         let key = artifact_key(&job.tenant_id, &job.id, &staged.sha256);
-        self.store.publish(self.staging, &key).await.map_err(Stop::storage)?;
+        if self.store.publish(self.staging, &key).await.map_err(Stop::storage)? == Published::AlreadyThere {
+            // An earlier attempt (or a racing worker) published it: under a content-addressed
+            // key that is this same file, so this attempt goes on to release it.
+            tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, key = %key, "file already published; releasing it");
+        }
         self.fault("after_publish")?;
 
         let artifact = Artifact { key: key.to_string(), sha256: staged.sha256, bytes: staged.bytes, rows: staged.rows };
@@ -196,7 +205,19 @@ impl Attempt<'_> {
         let released = transitions::release(&self.ctx.db, job, &artifact, self.ctx.config.artifact_ttl, authority, Mover::Worker(&self.ctx.worker_id))
             .await
             .map_err(Stop::internal)?
-            .map_err(Stop::refused)?;
+            .map_err(|refusal| {
+                let reason = match refusal {
+                    Refusal::Lost => release_lost::LOST,
+                    Refusal::CancelRequested => release_lost::CANCEL_REQUESTED,
+                    Refusal::Revoked => release_lost::REVOKED,
+                };
+                self.ctx.metrics.releases_lost.with_label_values(&[reason]).inc();
+                Stop::refused(refusal)
+            })?;
+        let metrics = &self.ctx.metrics;
+        metrics.rows_exported.inc_by(staged.rows.max(0) as u64);
+        metrics.bytes_exported.inc_by(staged.bytes.max(0) as u64);
+        metrics.export_duration.observe(started.elapsed().as_secs_f64());
         tracing::info!(
             export = %job.id, rows = staged.rows, bytes = staged.bytes,
             stream_ms = streamed.as_millis() as u64, validate_ms = (validated - streamed).as_millis() as u64,

@@ -1,0 +1,130 @@
+//! Prometheus metrics (`GET /metrics`, SPEC §3), with the `prometheus` crate. Counters count what
+//! this process did (its API, its worker, its janitor); the exports by state and the age of the
+//! oldest export in each state come from the database at each scrape, so every instance tells the
+//! same truth about them.
+
+use app::ExportStatus;
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use sea_orm::{ConnectionTrait, DbErr, Statement};
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// Why a worker's release did not happen, as the `reason` label names it.
+pub mod release_lost {
+    /// The job was no longer this attempt's (lease lapsed, generation moved on).
+    pub const LOST: &str = "lost";
+    /// Cancel was asked.
+    pub const CANCEL_REQUESTED: &str = "cancel_requested";
+    /// The actor is no longer authorised.
+    pub const REVOKED: &str = "revoked";
+}
+
+/// The metrics of one process; cheap to clone, shared by its API, worker and janitor.
+#[derive(Clone)]
+pub struct Metrics(Arc<Counters>);
+
+/// The counters and the histogram of a process.
+pub struct Counters {
+    registry: Registry,
+    /// Jobs claimed by this process's workers.
+    pub claims: IntCounter,
+    /// Jobs whose lease expired, ended by this process's janitor.
+    pub lease_reclaims: IntCounter,
+    /// Creates answered as a replay of the operation bound to the key.
+    pub replays: IntCounter,
+    /// Creates refused because the key is bound to a different request.
+    pub key_reuse_conflicts: IntCounter,
+    /// Writes of a worker refused by the generation fence (the job was no longer its own).
+    pub fenced_writes_rejected: IntCounter,
+    /// Releases that did not happen, by reason.
+    pub releases_lost: IntCounterVec,
+    /// Rows in released files.
+    pub rows_exported: IntCounter,
+    /// Bytes of released files.
+    pub bytes_exported: IntCounter,
+    /// Seconds from claim to release of the attempts that released.
+    pub export_duration: Histogram,
+    /// HTTP answers by route (its pattern) and status.
+    pub http_requests: IntCounterVec,
+    exports: IntGaugeVec,
+    oldest: IntGaugeVec,
+}
+
+impl Deref for Metrics {
+    type Target = Counters;
+    fn deref(&self) -> &Counters {
+        &self.0
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set, in a registry of its own (so test apps in one process do not share counts).
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+            let c = IntCounter::new(name, help).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            r.register(Box::new(c.clone())).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            c
+        }
+        fn counters(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            r.register(Box::new(c.clone())).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            c
+        }
+        fn gauges(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
+            let g = IntGaugeVec::new(Opts::new(name, help), &["state"]).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            r.register(Box::new(g.clone())).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            g
+        }
+        let buckets = vec![0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0];
+        let export_duration = Histogram::with_opts(HistogramOpts::new("exportd_export_duration_seconds", "Seconds from claim to release of released attempts").buckets(buckets))
+            .unwrap_or_else(|e| panic!("metric exportd_export_duration_seconds: {e}"));
+        registry.register(Box::new(export_duration.clone())).unwrap_or_else(|e| panic!("metric exportd_export_duration_seconds: {e}"));
+        let r = &registry;
+        // The names and labels above are constants, so registering cannot fail at run time; a
+        // clash is a programming error found by the first test.
+        Metrics(Arc::new(Counters {
+            claims: counter(r, "exportd_claims_total", "Jobs claimed by this process's workers"),
+            lease_reclaims: counter(r, "exportd_lease_reclaims_total", "Jobs whose lease expired, ended by this process's janitor"),
+            replays: counter(r, "exportd_idempotency_replays_total", "Creates answered as a replay of the operation bound to the key"),
+            key_reuse_conflicts: counter(r, "exportd_idempotency_key_reuse_conflicts_total", "Creates refused: the key is bound to a different request"),
+            fenced_writes_rejected: counter(r, "exportd_fenced_writes_rejected_total", "Worker writes refused by the generation fence"),
+            releases_lost: counters(r, "exportd_releases_lost_total", "Releases that did not happen, by reason", &["reason"]),
+            rows_exported: counter(r, "exportd_rows_exported_total", "Rows in released files"),
+            bytes_exported: counter(r, "exportd_bytes_exported_total", "Bytes of released files"),
+            http_requests: counters(r, "exportd_http_requests_total", "HTTP answers by route and status", &["route", "status"]),
+            exports: gauges(r, "exportd_exports", "Exports in the database by state"),
+            oldest: gauges(r, "exportd_oldest_export_age_seconds", "Age of the oldest export in each state (0 when none)"),
+            export_duration,
+            registry,
+        }))
+    }
+
+    /// The Prometheus text of every metric, with the states read from the database now.
+    pub async fn render<C: ConnectionTrait>(&self, db: &C) -> Result<String, DbErr> {
+        let backend = db.get_database_backend();
+        let now = crate::db::now_ms_sql(backend);
+        let sql = format!("SELECT status, COUNT(*) AS n, {now} - MIN(created_at) AS age_ms FROM exports GROUP BY status");
+        let rows = db.query_all_raw(Statement::from_string(backend, sql)).await?;
+        for state in ExportStatus::ALL {
+            self.exports.with_label_values(&[state.as_str()]).set(0);
+            self.oldest.with_label_values(&[state.as_str()]).set(0);
+        }
+        for row in rows {
+            let state: String = row.try_get("", "status")?;
+            let n: i64 = row.try_get("", "n")?;
+            let age_ms: i64 = row.try_get("", "age_ms")?;
+            self.exports.with_label_values(&[state.as_str()]).set(n);
+            self.oldest.with_label_values(&[state.as_str()]).set(age_ms.max(0) / 1000);
+        }
+        let mut text = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut text).map_err(|e| DbErr::Custom(format!("metrics encoding: {e}")))?;
+        String::from_utf8(text).map_err(|e| DbErr::Custom(format!("metrics encoding: {e}")))
+    }
+}
