@@ -244,6 +244,35 @@ on_both_backends!(a_cancel_while_running_stops_the_worker_and_publishes_nothing,
     app.stop().await;
 });
 
+on_both_backends!(a_cancel_in_the_middle_of_the_rows_leaves_every_snapshot_connection_usable_for_the_next_exports, |backend| {
+    // Found in the browser: a cancel while PostgreSQL was still streaming the COPY handed its
+    // connection back to the pool inside the COPY, and every later export on it failed.
+    let app = app_with_worker(backend, 30_000).await;
+    let bob = app.login("bob@acme.test").await;
+    // Each chunk waits as the browser tests' server does, and the cancel comes while the rows
+    // are still being read (a second chunk seen).
+    fail::cfg(app.fault("each_chunk"), "sleep(200)").unwrap();
+    for n in 0..3 {
+        let mut gate = Gate::close(&app.fault("mid_stream"));
+        let id = create_id(&app, &bob, &format!("cancel-mid-rows-{n}"), &everything("orders")).await;
+        gate.reached().await;
+        gate.open();
+        drop(gate);
+        let resp = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
+        assert_eq!(resp.status(), 202);
+        let done = app.wait_terminal(&bob, &id, Duration::from_secs(30)).await;
+        assert_eq!(done["status"], "cancelled", "{done}");
+    }
+    fail::remove(app.fault("each_chunk"));
+    for n in 0..4 {
+        let next = create_id(&app, &bob, &format!("after-cancel-{n}"), &everything("orders")).await;
+        let done = app.wait_terminal(&bob, &next, Duration::from_secs(60)).await;
+        assert_eq!(done["status"], "ready", "export {n} after the cancel: {done}");
+        assert_eq!(done["attempt"], 1, "export {n} after the cancel needed a retry: {done}");
+    }
+    app.stop().await;
+});
+
 on_both_backends!(a_cancel_after_ready_is_refused_and_changes_nothing, |backend| {
     let app = app_with_worker(backend, 200).await;
     let bob = app.login("bob@acme.test").await;

@@ -219,7 +219,24 @@ impl Chunker {
 }
 
 async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produced>) -> Result<(), SnapshotError> {
-    let mut conn = pool.begin().await?;
+    let mut rows = pool.acquire().await?;
+    let read = read_postgres(&pool, &mut rows, plan, tx).await;
+    if read.is_err() {
+        // Stopped part-way (a cancel, a lost lease, an error), the connection may still be inside
+        // its COPY or its transaction: it is closed, never handed back to the pool, where the
+        // next export's snapshot would fail on it.
+        rows.close_on_drop();
+    }
+    read
+}
+
+async fn read_postgres(
+    pool: &sqlx::PgPool,
+    rows: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
+    plan: Plan,
+    tx: mpsc::Sender<Produced>,
+) -> Result<(), SnapshotError> {
+    let mut conn = sqlx::Connection::begin(&mut **rows).await?;
     read_only_snapshot(&mut conn, None).await?;
     let count_sql = plan.count_sql(DbBackend::Postgres);
     // The count runs beside the rows, on a second connection that imports this transaction's
