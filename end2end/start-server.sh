@@ -11,7 +11,9 @@ exe=${EXPORTD_BIN:-${CARGO_TARGET_DIR:-$root/target}/debug/exportd}
 run="$here/.run"
 rm -rf "$run" && mkdir -p "$run"
 psql "$admin" -q -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS exportd_e2e WITH (FORCE)" -c "CREATE DATABASE exportd_e2e"
-export DATABASE_URL="$db_url" EXPORTD_STORE="file://$run/objects" EXPORTD_LOG=warn
+# Each chunk of rows waits a moment (a fault point of the test build), so an export of the whole
+# range is running for a few seconds: long enough to reload, cancel or revoke during it.
+export DATABASE_URL="$db_url" EXPORTD_STORE="file://$run/objects" EXPORTD_LOG=warn FAILPOINTS="each_chunk=sleep(700)"
 cd "$root"
-"$exe" seed --demo --orders 2000
+"$exe" seed --demo --orders 20000
 exec "$exe" serve --bind "127.0.0.1:$port"

@@ -21,5 +21,6 @@ fi
 # The fault points are compiled in for the tests only (the `failpoints` feature).
 cargo test --locked -p app -p migrations -p server --features server/failpoints
 
-cargo leptos build
+# The browser tests slow the worker down with a fault point, so the binary they run has them.
+cargo leptos build --bin-features failpoints
 (cd end2end && npx playwright test)

@@ -1,6 +1,8 @@
 //! exportd's page (Leptos) and the types the browser and the server share.
 
+pub mod intent;
 pub mod model;
+pub mod sfn;
 mod page;
 #[cfg(feature = "hydrate")]
 mod client;

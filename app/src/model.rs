@@ -264,6 +264,16 @@ pub struct ExportView {
     pub error: Option<ErrorView>,
 }
 
+/// A page of `GET /api/exports` (and of the page's `list_exports`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ExportList {
+    /// The exports, newest first.
+    pub items: Vec<ExportView>,
+    /// Where the next page starts; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
 /// The signed-in user, as `GET /api/session` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
@@ -314,6 +324,10 @@ pub struct Problem {
     /// The export a 409 `export-already-finished` is about, as it is now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<Box<ExportView>>,
+    /// Seconds to wait before asking again (`too-many-exports`, `rate-limited`); the same as the
+    /// `Retry-After` header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
 }
 
 impl Problem {
@@ -329,6 +343,7 @@ impl Problem {
             operation_ref: None,
             support_ref: None,
             export: None,
+            retry_after: None,
         }
     }
 }
@@ -350,14 +365,20 @@ impl ProblemField {
     }
 }
 
-/// What the page shows for an export: the stored states plus the browser's own `Submitting`
-/// and `Expired` (SPEC §7).
+/// What the page shows for an export: the stored states of SPEC §4 plus the browser's own
+/// `Idle`, `Submitting`, `Resuming` and `Expired` (SPEC §7). Only a settled state lets a new
+/// intent start, so a click, a reload or a second tab can never make a second operation while
+/// one is in flight.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExportState {
-    /// Nothing asked yet.
+    /// Nothing asked yet, and no stored intent.
     Idle,
-    /// The click happened; no answer yet.
+    /// The click happened; the create call has not been answered yet (or is being retried with
+    /// the same key).
     Submitting,
+    /// A stored intent was found (after a reload, a sign-in or from another tab); its operation's
+    /// state is not known yet.
+    Resuming,
     /// Waiting for a worker.
     Queued,
     /// A worker is writing rows.
@@ -367,30 +388,38 @@ pub enum ExportState {
         /// Rows in the snapshot, once counted.
         rows_total: Option<i64>,
     },
-    /// Waiting to try again.
+    /// A temporary failure; a worker tries again at `next_attempt_at`.
     RetryWait {
-        /// When.
+        /// When, RFC 3339 UTC.
         next_attempt_at: Option<String>,
+        /// Attempts made so far.
+        attempt: i32,
     },
-    /// Cancel asked; the worker stops soon.
+    /// Cancel asked; the worker stops at its next checkpoint.
     CancelRequested,
-    /// Cancelled.
+    /// Cancelled; nothing was published.
     Cancelled,
     /// The file can be downloaded.
     Ready {
-        /// The export's id, for the download call.
-        id: String,
-        /// Rows in the file.
+        /// Data rows in the file.
         rows: i64,
+        /// The file's size in bytes.
+        bytes: i64,
+        /// Hex SHA-256 of the file.
+        sha256: String,
     },
     /// The file was removed by retention.
     Expired,
-    /// Failed.
+    /// Failed for good.
     Failed {
+        /// The stable code, e.g. `permission_revoked`.
+        code: String,
         /// Why, for people.
         message: String,
-        /// Whether a new export may succeed.
+        /// Whether a new export of the same request may succeed.
         retryable: bool,
+        /// The reference to quote to support.
+        support_ref: Option<String>,
     },
 }
 
@@ -405,22 +434,23 @@ impl ExportState {
             },
             ExportStatus::RetryWait => ExportState::RetryWait {
                 next_attempt_at: view.next_attempt_at.clone(),
+                attempt: view.attempt,
             },
             ExportStatus::CancelRequested => ExportState::CancelRequested,
             ExportStatus::Cancelled => ExportState::Cancelled,
             ExportStatus::Ready => match &view.artifact {
-                Some(a) if a.expired => ExportState::Expired,
-                Some(a) => ExportState::Ready { id: view.id.clone(), rows: a.rows },
-                None => ExportState::Expired,
+                Some(a) if !a.expired => ExportState::Ready { rows: a.rows, bytes: a.bytes, sha256: a.sha256.clone() },
+                _ => ExportState::Expired,
             },
-            ExportStatus::Failed => {
-                let (message, retryable) = view
-                    .error
-                    .as_ref()
-                    .map(|e| (e.message.clone(), e.retryable))
-                    .unwrap_or_else(|| ("The export failed.".to_owned(), true));
-                ExportState::Failed { message, retryable }
-            }
+            ExportStatus::Failed => match &view.error {
+                Some(e) => ExportState::Failed {
+                    code: e.code.clone(),
+                    message: e.message.clone(),
+                    retryable: e.retryable,
+                    support_ref: e.support_ref.clone(),
+                },
+                None => ExportState::Failed { code: "failed".to_owned(), message: String::new(), retryable: true, support_ref: None },
+            },
         }
     }
 
@@ -428,19 +458,28 @@ impl ExportState {
     pub fn is_settled(&self) -> bool {
         matches!(
             self,
-            ExportState::Idle
-                | ExportState::Cancelled
-                | ExportState::Ready { .. }
-                | ExportState::Expired
-                | ExportState::Failed { .. }
+            ExportState::Idle | ExportState::Cancelled | ExportState::Ready { .. } | ExportState::Expired | ExportState::Failed { .. }
         )
     }
 
-    /// A stable name for the state, used as a test hook on the page.
+    /// Whether the operation may still be cancelled from the page.
+    pub fn is_cancellable(&self) -> bool {
+        matches!(self, ExportState::Queued | ExportState::Running { .. } | ExportState::RetryWait { .. })
+    }
+
+    /// Whether "Retry export" (a new intent with a new key) is offered: only after a terminal
+    /// failure that allows it.
+    pub fn offers_retry(&self) -> bool {
+        matches!(self, ExportState::Failed { retryable: true, .. })
+    }
+
+    /// A stable name for the state, used as a test hook on the page and as the key of its
+    /// translated explanation.
     pub fn name(&self) -> &'static str {
         match self {
             ExportState::Idle => "idle",
             ExportState::Submitting => "submitting",
+            ExportState::Resuming => "resuming",
             ExportState::Queued => "queued",
             ExportState::Running { .. } => "running",
             ExportState::RetryWait { .. } => "retry_wait",
@@ -491,5 +530,20 @@ mod tests {
             assert_eq!(ExportStatus::parse(s.as_str()), Some(s));
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }
+    }
+
+    #[test]
+    fn a_resuming_page_is_unsettled_so_export_stays_disabled_until_the_operation_is_known() {
+        assert!(!ExportState::Resuming.is_settled());
+        assert!(!ExportState::Submitting.is_settled());
+        assert!(ExportState::Idle.is_settled());
+    }
+
+    #[test]
+    fn only_a_retryable_failure_offers_a_new_export() {
+        let failed = |retryable| ExportState::Failed { code: "x".into(), message: String::new(), retryable, support_ref: None };
+        assert!(failed(true).offers_retry());
+        assert!(!failed(false).offers_retry());
+        assert!(!ExportState::Cancelled.offers_retry());
     }
 }

@@ -1,9 +1,10 @@
-//! The export page: log in, pick a report and a range, export, follow, download.
+//! The export page (SPEC §7): sign in, fill the export form, follow the operation through every
+//! state, cancel, download, retry, and see recent exports.
 //!
 //! Everything that touches the network or localStorage runs only in the browser (`client`); the
 //! server renders the same "loading" first state the browser starts from, so hydration matches.
 
-use crate::model::{ExportState, Preset, SessionView};
+use crate::model::{ExportState, ExportView, Preset, ProblemField, SessionView};
 use leptos::prelude::*;
 
 /// Whether the browser knows who is signed in yet.
@@ -18,6 +19,33 @@ pub enum SessionState {
     SignedIn(SessionView),
 }
 
+/// The export form's fields, as typed.
+#[derive(Clone, Copy)]
+pub struct FormSignals {
+    /// The report's name.
+    pub report: RwSignal<String>,
+    /// A preset name, or `custom` for the dates.
+    pub range: RwSignal<String>,
+    /// First local day of a custom range.
+    pub from: RwSignal<String>,
+    /// Last local day of a custom range.
+    pub to: RwSignal<String>,
+    /// The IANA timezone (the browser's until changed).
+    pub timezone: RwSignal<String>,
+    /// Order statuses to keep (none = all).
+    pub statuses: RwSignal<Vec<String>>,
+    /// Country codes, comma separated.
+    pub countries: RwSignal<String>,
+    /// Smallest order total.
+    pub min_total: RwSignal<String>,
+    /// Largest order total.
+    pub max_total: RwSignal<String>,
+    /// Start the file with a BOM.
+    pub bom: RwSignal<bool>,
+    /// The fields a 422 refused, by JSON pointer.
+    pub errors: RwSignal<Vec<ProblemField>>,
+}
+
 /// The signals the page and the browser logic share.
 #[derive(Clone, Copy)]
 pub struct PageSignals {
@@ -25,64 +53,120 @@ pub struct PageSignals {
     pub session: RwSignal<SessionState>,
     /// The state of the current (or last) export.
     pub state: RwSignal<ExportState>,
-    /// A message for the user (login failure, rejected request).
+    /// The current operation's id, once known.
+    pub op_id: RwSignal<Option<String>>,
+    /// Rows written per second while running, from the last two polls.
+    pub rows_per_sec: RwSignal<Option<f64>>,
+    /// Seconds until a `retry_wait` export runs again.
+    pub retry_in: RwSignal<Option<i64>>,
+    /// A message for the user (login failure, rejected request, refused download).
     pub notice: RwSignal<Option<String>>,
-    /// The report picked.
-    pub report: RwSignal<String>,
-    /// The range picked.
-    pub preset: RwSignal<Preset>,
+    /// The form.
+    pub form: FormSignals,
+    /// The recent exports shown, newest first.
+    pub recent: RwSignal<Vec<ExportView>>,
+    /// Where the next page of recent exports starts.
+    pub next_cursor: RwSignal<Option<String>>,
 }
 
-fn preset_value(p: Preset) -> &'static str {
-    match p {
-        Preset::Yesterday => "yesterday",
-        Preset::Last7Days => "last_7_days",
-        Preset::ThisMonth => "this_month",
+/// The presets a range may be, and the page's names for them.
+pub const RANGES: [(&str, &str); 4] =
+    [("yesterday", "Yesterday"), ("last_7_days", "Last 7 days"), ("this_month", "This month"), ("custom", "Dates…")];
+
+/// Order statuses the orders report can be filtered by.
+pub const ORDER_STATUSES: [&str; 4] = ["paid", "pending", "refunded", "cancelled"];
+
+/// The preset a range field names, if it is one.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub fn preset_of(range: &str) -> Option<Preset> {
+    match range {
+        "yesterday" => Some(Preset::Yesterday),
+        "last_7_days" => Some(Preset::Last7Days),
+        "this_month" => Some(Preset::ThisMonth),
+        _ => None,
     }
 }
 
-fn parse_preset(s: &str) -> Preset {
-    match s {
-        "yesterday" => Preset::Yesterday,
-        "this_month" => Preset::ThisMonth,
-        _ => Preset::Last7Days,
+/// A byte count for people.
+pub fn human_bytes(bytes: i64) -> String {
+    match bytes {
+        b if b < 1024 => format!("{b} B"),
+        b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
     }
 }
 
-fn describe(state: &ExportState) -> String {
+/// The sentence that explains a state.
+pub fn describe(state: &ExportState, retry_in: Option<i64>) -> String {
     match state {
         ExportState::Idle => "No export yet.".to_owned(),
-        ExportState::Submitting => "Submitting…".to_owned(),
+        ExportState::Submitting => "Sending your export…".to_owned(),
+        ExportState::Resuming => "Finding your export…".to_owned(),
         ExportState::Queued => "Queued: waiting for a worker.".to_owned(),
         ExportState::Running { rows_written, rows_total } => match rows_total {
             Some(t) => format!("Running: {rows_written} of {t} rows written."),
             None => format!("Running: {rows_written} rows written."),
         },
-        ExportState::RetryWait { next_attempt_at } => match next_attempt_at {
-            Some(at) => format!("A temporary problem; trying again at {at}."),
-            None => "A temporary problem; trying again soon.".to_owned(),
+        ExportState::RetryWait { attempt, .. } => match retry_in {
+            Some(s) if s > 0 => format!("A temporary problem (attempt {attempt}); trying again in {s} s."),
+            _ => format!("A temporary problem (attempt {attempt}); trying again now."),
         },
-        ExportState::CancelRequested => "Cancelling…".to_owned(),
-        ExportState::Cancelled => "Cancelled.".to_owned(),
-        ExportState::Ready { rows, .. } => format!("Ready: {rows} rows."),
+        ExportState::CancelRequested => "Cancelling: the worker stops at its next checkpoint.".to_owned(),
+        ExportState::Cancelled => "Cancelled. No file was made.".to_owned(),
+        ExportState::Ready { rows, bytes, .. } => format!("Ready: {rows} rows, {}.", human_bytes(*bytes)),
         ExportState::Expired => "The file has expired; export again to get a new one.".to_owned(),
-        ExportState::Failed { message, .. } => format!("Failed: {message}"),
+        ExportState::Failed { message, retryable, .. } => {
+            if *retryable {
+                format!("Failed: {message} You can try again.")
+            } else {
+                format!("Failed: {message}")
+            }
+        }
     }
 }
+
+fn field_error(errors: RwSignal<Vec<ProblemField>>, pointer: &'static str, name: &'static str) -> impl IntoView {
+    move || {
+        errors.get().into_iter().find(|e| e.pointer == pointer || e.pointer.starts_with(&format!("{pointer}/"))).map(|e| {
+            view! { <span class="field-error" id=format!("error-{name}") data-testid=format!("error-{name}") role="alert">{e.detail}</span> }
+        })
+    }
+}
+
+/// The pointers the form shows beside a field; any other goes above the form.
+const FIELD_POINTERS: [&str; 8] =
+    ["/report", "/time_range/from", "/time_range/to", "/timezone", "/filters/status", "/filters/country", "/filters/min_total", "/filters/max_total"];
 
 /// The one page of the app.
 #[component]
 pub fn ExportPage() -> impl IntoView {
-    let signals = PageSignals {
+    let form = FormSignals {
+        report: RwSignal::new("orders".to_owned()),
+        range: RwSignal::new("last_7_days".to_owned()),
+        from: RwSignal::new(String::new()),
+        to: RwSignal::new(String::new()),
+        timezone: RwSignal::new("UTC".to_owned()),
+        statuses: RwSignal::new(Vec::new()),
+        countries: RwSignal::new(String::new()),
+        min_total: RwSignal::new(String::new()),
+        max_total: RwSignal::new(String::new()),
+        bom: RwSignal::new(false),
+        errors: RwSignal::new(Vec::new()),
+    };
+    let s = PageSignals {
         session: RwSignal::new(SessionState::Unknown),
         state: RwSignal::new(ExportState::Idle),
+        op_id: RwSignal::new(None),
+        rows_per_sec: RwSignal::new(None),
+        retry_in: RwSignal::new(None),
         notice: RwSignal::new(None),
-        report: RwSignal::new("orders".to_owned()),
-        preset: RwSignal::new(Preset::Last7Days),
+        form,
+        recent: RwSignal::new(Vec::new()),
+        next_cursor: RwSignal::new(None),
     };
 
     #[cfg(feature = "hydrate")]
-    Effect::new(move |_| crate::client::start(signals));
+    Effect::new(move |_| crate::client::start(s));
 
     let email = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
@@ -90,15 +174,36 @@ pub fn ExportPage() -> impl IntoView {
     let on_login = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         #[cfg(feature = "hydrate")]
-        crate::client::login(signals, email.get_untracked(), password.get_untracked());
+        crate::client::login(s, email.get_untracked(), password.get_untracked());
+        #[cfg(not(feature = "hydrate"))]
+        let _ = (email, password);
     };
-    let on_export = move |_| {
+    let on_export = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
         #[cfg(feature = "hydrate")]
-        crate::client::export(signals);
+        crate::client::export(s);
     };
     let on_logout = move |_| {
         #[cfg(feature = "hydrate")]
-        crate::client::logout(signals);
+        crate::client::logout(s);
+    };
+    let on_cancel = move |_| {
+        #[cfg(feature = "hydrate")]
+        crate::client::cancel(s);
+    };
+    let on_download = move |_| {
+        #[cfg(feature = "hydrate")]
+        if let Some(id) = s.op_id.get_untracked() {
+            crate::client::download(s, id);
+        }
+    };
+    let on_retry = move |_| {
+        #[cfg(feature = "hydrate")]
+        crate::client::retry(s);
+    };
+    let on_more = move |_| {
+        #[cfg(feature = "hydrate")]
+        crate::client::load_recent(s, true);
     };
 
     let login_form = move || {
@@ -106,12 +211,12 @@ pub fn ExportPage() -> impl IntoView {
             <form class="card" on:submit=on_login data-testid="login-form">
                 <h2>"Sign in"</h2>
                 <label>"Email"
-                    <input type="email" name="email" autocomplete="username"
+                    <input type="email" name="email" autocomplete="username" required=true
                         prop:value=move || email.get()
                         on:input=move |ev| email.set(event_target_value(&ev))/>
                 </label>
                 <label>"Password"
-                    <input type="password" name="password" autocomplete="current-password"
+                    <input type="password" name="password" autocomplete="current-password" required=true
                         prop:value=move || password.get()
                         on:input=move |ev| password.set(event_target_value(&ev))/>
                 </label>
@@ -120,53 +225,210 @@ pub fn ExportPage() -> impl IntoView {
         }
     };
 
-    let export_form = move |who: SessionView| {
-        let state = signals.state;
+    let form_view = move || {
+        let f = s.form;
+        let general_errors = move || {
+            f.errors.get().into_iter().filter(|e| !FIELD_POINTERS.iter().any(|p| e.pointer == *p || e.pointer.starts_with(&format!("{p}/")))).map(|e| {
+                view! { <li>{if e.pointer.is_empty() { e.detail } else { format!("{}: {}", e.pointer, e.detail) }}</li> }
+            }).collect_view()
+        };
         view! {
-            <section class="card">
-                <p class="who">
-                    "Signed in as " <strong data-testid="who">{who.email.clone()}</strong>
-                    " (" {who.role.clone()} ", " {who.tenant.clone()} ") "
-                    <button class="link" on:click=on_logout>"Sign out"</button>
-                </p>
+            <form class="card export-form" on:submit=on_export data-testid="export-form" novalidate=true>
                 <h2>"Export"</h2>
-                <label>"Report"
-                    <select name="report" prop:value=move || signals.report.get()
-                        on:change=move |ev| signals.report.set(event_target_value(&ev))>
-                        <option value="orders">"Orders"</option>
-                        <option value="customers">"Customers"</option>
-                    </select>
+                <ul class="field-errors" data-testid="form-errors">{general_errors}</ul>
+                <div class="row">
+                    <label>"Report"
+                        <select name="report" prop:value=move || f.report.get()
+                            on:change=move |ev| f.report.set(event_target_value(&ev))>
+                            <option value="orders">"Orders"</option>
+                            <option value="customers">"Customers"</option>
+                        </select>
+                        {field_error(f.errors, "/report", "report")}
+                    </label>
+                    <label>"Range"
+                        <select name="range" prop:value=move || f.range.get()
+                            on:change=move |ev| f.range.set(event_target_value(&ev))>
+                            {RANGES.iter().map(|(value, label)| view! { <option value=*value>{*label}</option> }).collect_view()}
+                        </select>
+                    </label>
+                </div>
+                <Show when=move || f.range.get() == "custom">
+                    <div class="row">
+                        <label>"From"
+                            <input type="date" name="from" prop:value=move || f.from.get()
+                                aria-describedby="error-from"
+                                on:input=move |ev| f.from.set(event_target_value(&ev))/>
+                            {field_error(f.errors, "/time_range/from", "from")}
+                        </label>
+                        <label>"To"
+                            <input type="date" name="to" prop:value=move || f.to.get()
+                                aria-describedby="error-to"
+                                on:input=move |ev| f.to.set(event_target_value(&ev))/>
+                            {field_error(f.errors, "/time_range/to", "to")}
+                        </label>
+                    </div>
+                </Show>
+                <label>"Timezone"
+                    <input type="text" name="timezone" prop:value=move || f.timezone.get()
+                        aria-describedby="error-timezone"
+                        on:input=move |ev| f.timezone.set(event_target_value(&ev))/>
+                    {field_error(f.errors, "/timezone", "timezone")}
                 </label>
-                <label>"Range"
-                    <select name="range" prop:value=move || preset_value(signals.preset.get())
-                        on:change=move |ev| signals.preset.set(parse_preset(&event_target_value(&ev)))>
-                        <option value="yesterday">"Yesterday"</option>
-                        <option value="last_7_days">"Last 7 days"</option>
-                        <option value="this_month">"This month"</option>
-                    </select>
+                <fieldset class="filters">
+                    <legend>"Filters"</legend>
+                    <Show when=move || f.report.get() == "orders">
+                        <div class="statuses" role="group" aria-label="Status">
+                            {ORDER_STATUSES.iter().map(|st| {
+                                let st = *st;
+                                view! {
+                                    <label class="check">
+                                        <input type="checkbox" name="status" value=st
+                                            prop:checked=move || f.statuses.get().iter().any(|x| x == st)
+                                            on:change=move |ev| {
+                                                let on = event_target_checked(&ev);
+                                                f.statuses.update(|v| { v.retain(|x| x != st); if on { v.push(st.to_owned()); } });
+                                            }/>
+                                        {st}
+                                    </label>
+                                }
+                            }).collect_view()}
+                            {field_error(f.errors, "/filters/status", "status")}
+                        </div>
+                    </Show>
+                    <label>"Countries (e.g. DE, FR)"
+                        <input type="text" name="country" prop:value=move || f.countries.get()
+                            on:input=move |ev| f.countries.set(event_target_value(&ev))/>
+                        {field_error(f.errors, "/filters/country", "country")}
+                    </label>
+                    <Show when=move || f.report.get() == "orders">
+                        <div class="row">
+                            <label>"Minimum total"
+                                <input type="number" name="min_total" step="0.01" prop:value=move || f.min_total.get()
+                                    on:input=move |ev| f.min_total.set(event_target_value(&ev))/>
+                                {field_error(f.errors, "/filters/min_total", "min_total")}
+                            </label>
+                            <label>"Maximum total"
+                                <input type="number" name="max_total" step="0.01" prop:value=move || f.max_total.get()
+                                    on:input=move |ev| f.max_total.set(event_target_value(&ev))/>
+                                {field_error(f.errors, "/filters/max_total", "max_total")}
+                            </label>
+                        </div>
+                    </Show>
+                </fieldset>
+                <label class="check">
+                    <input type="checkbox" name="bom" prop:checked=move || f.bom.get()
+                        on:change=move |ev| f.bom.set(event_target_checked(&ev))/>
+                    "Start the file with a byte order mark (for spreadsheets)"
                 </label>
-                <button data-testid="export" on:click=on_export
-                    disabled=move || !state.get().is_settled()>"Export"</button>
-                <div class="status" data-testid="status" data-state=move || state.get().name()>
-                    {move || describe(&state.get())}
+                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled()>"Export"</button>
+            </form>
+        }
+    };
+
+    let status_view = move || {
+        let state = s.state;
+        view! {
+            <section class="card" aria-labelledby="status-heading">
+                <h2 id="status-heading">"Current export"</h2>
+                <div class="status" role="status" aria-live="polite" data-testid="status" data-state=move || state.get().name()
+                    data-op=move || s.op_id.get().unwrap_or_default()>
+                    {move || describe(&state.get(), s.retry_in.get())}
                 </div>
                 {move || match state.get() {
-                    ExportState::Ready { id, .. } => Some(view! {
-                        <a data-testid="download" rel="external" download="" href=format!("/api/exports/{id}/download")>"Download CSV"</a>
-                    }),
+                    ExportState::Running { rows_written, rows_total } => Some(view! {
+                        <div class="progress">
+                            <progress data-testid="progress" max=rows_total.unwrap_or(0).max(1) value=rows_written
+                                aria-label="Rows written"></progress>
+                            <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| format!("{r:.0} rows/s")).unwrap_or_default()}</span>
+                        </div>
+                    }.into_any()),
+                    ExportState::Ready { sha256, .. } => Some(view! {
+                        <p class="digest">"SHA-256 " <code data-testid="sha256">{sha256}</code></p>
+                        <button type="button" data-testid="download" on:click=on_download>"Download CSV"</button>
+                    }.into_any()),
+                    ExportState::Failed { code, support_ref, retryable, .. } => Some(view! {
+                        <p class="reason">"Reason: " <code data-testid="failure-code">{code}</code>
+                            {support_ref.map(|r| view! { " · Support reference: " <code data-testid="support-ref">{r}</code> })}
+                        </p>
+                        {retryable.then(|| view! { <button type="button" data-testid="retry" on:click=on_retry>"Retry export"</button> })}
+                    }.into_any()),
                     _ => None,
                 }}
+                <Show when=move || state.get().is_cancellable()>
+                    <button type="button" class="secondary" data-testid="cancel" on:click=on_cancel>"Cancel"</button>
+                </Show>
+            </section>
+        }
+    };
+
+    let recent_view = move || {
+        view! {
+            <section class="card" aria-labelledby="recent-heading">
+                <h2 id="recent-heading">"Recent exports"</h2>
+                <table class="recent" data-testid="recent">
+                    <thead><tr><th>"Status"</th><th>"Range"</th><th>"Rows"</th><th>"Created"</th><th></th></tr></thead>
+                    <tbody>
+                        <For each=move || s.recent.get() key=|v| (v.id.clone(), v.updated_at.clone()) let:v>
+                            {recent_row(s, v)}
+                        </For>
+                    </tbody>
+                </table>
+                <Show when=move || s.next_cursor.get().is_some()>
+                    <button type="button" class="secondary" data-testid="more" on:click=on_more>"More"</button>
+                </Show>
             </section>
         }
     };
 
     view! {
-        <h1>"exportd"</h1>
-        {move || signals.notice.get().map(|n| view! { <p class="notice" role="alert">{n}</p> })}
-        {move || match signals.session.get() {
+        <header class="top">
+            <h1>"exportd"</h1>
+            {move || match s.session.get() {
+                SessionState::SignedIn(who) => Some(view! {
+                    <p class="who">
+                        <strong data-testid="who">{who.email.clone()}</strong>
+                        " (" {who.role.clone()} ", " {who.tenant.clone()} ") "
+                        <button class="link" on:click=on_logout>"Sign out"</button>
+                    </p>
+                }),
+                _ => None,
+            }}
+        </header>
+        {move || s.notice.get().map(|n| view! { <p class="notice" role="alert" data-testid="notice">{n}</p> })}
+        {move || match s.session.get() {
             SessionState::Unknown => view! { <p data-testid="loading">"Loading…"</p> }.into_any(),
             SessionState::SignedOut => login_form().into_any(),
-            SessionState::SignedIn(who) => export_form(who).into_any(),
+            SessionState::SignedIn(_) => view! { {form_view()} {status_view()} {recent_view()} }.into_any(),
         }}
+    }
+}
+
+fn recent_row(s: PageSignals, v: ExportView) -> impl IntoView {
+    let state = ExportState::from_view(&v);
+    let range = format!("{} – {}", v.resolved.from.get(..10).unwrap_or(""), v.resolved.to.get(..10).unwrap_or(""));
+    let rows = v.artifact.as_ref().map(|a| a.rows).unwrap_or(v.progress.rows_written);
+    let created = v.created_at.replace('T', " ").chars().take(16).collect::<String>();
+    let id = v.id.clone();
+    let action = match &state {
+        ExportState::Ready { .. } => {
+            let on_click = move |_| {
+                #[cfg(feature = "hydrate")]
+                crate::client::download(s, id.clone());
+                #[cfg(not(feature = "hydrate"))]
+                let _ = (&s, &id);
+            };
+            view! { <button type="button" class="link" data-testid="recent-download" on:click=on_click>"Download"</button> }.into_any()
+        }
+        ExportState::Failed { message, .. } => view! { <span class="reason">{message.clone()}</span> }.into_any(),
+        _ => ().into_any(),
+    };
+    view! {
+        <tr data-testid="recent-row" data-op=v.id.clone() data-state=state.name()>
+            <td>{v.status.as_str().replace('_', " ")}</td>
+            <td>{range}</td>
+            <td>{rows}</td>
+            <td>{created}</td>
+            <td>{action}</td>
+        </tr>
     }
 }

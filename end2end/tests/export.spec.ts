@@ -1,7 +1,18 @@
-import { test, expect } from '@playwright/test';
+import { test, expect, Page, BrowserContext } from '@playwright/test';
 import { parse } from 'csv-parse/sync';
-import { readFileSync } from 'node:fs';
+import { readFileSync, mkdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import pg from 'pg';
+
+// The server runs its worker with `each_chunk=sleep(…)` (see start-server.sh): an export of the
+// whole range takes several seconds, one of the last 7 days a moment. The tests wait on states
+// the page shows, never on time.
+test.describe.configure({ mode: 'serial' });
+
+const BOB = 'bob@acme.test';
+const SLOT = 'exportd.intent.acme.bob@acme.test';
+const SETTLED = ['idle', 'ready', 'failed', 'cancelled', 'expired'];
+const TERMINAL = /^(ready|failed|cancelled|expired)$/;
 
 function e2eDatabaseUrl(): string {
   const url = new URL(process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres');
@@ -19,44 +30,290 @@ async function query<T>(sql: string, params: unknown[] = []): Promise<T[]> {
   }
 }
 
-test('bob exports orders, sees ready after a reload, and downloads a file whose rows match the database', async ({ page }) => {
+async function exportsSince(t0: number, email = BOB): Promise<{ id: string; status: string }[]> {
+  return query(
+    'SELECT e.id, e.status FROM exports e JOIN users u ON u.id = e.actor_id WHERE u.email = $1 AND e.created_at >= $2 ORDER BY e.created_at',
+    [email, t0],
+  );
+}
+
+function exportd(args: string[]) {
+  const root = `${__dirname}/../..`;
+  const exe = process.env.EXPORTD_BIN ?? `${process.env.CARGO_TARGET_DIR ?? `${root}/target`}/debug/exportd`;
+  execFileSync(exe, args, { env: { ...process.env, DATABASE_URL: e2eDatabaseUrl() }, stdio: 'pipe' });
+}
+
+function shot(page: Page, name: string) {
+  mkdirSync(`${__dirname}/../screenshots`, { recursive: true });
+  return page.screenshot({ path: `${__dirname}/../screenshots/${name}.png`, fullPage: true });
+}
+
+async function signIn(page: Page, email = BOB) {
   await page.goto('/');
-  await page.getByLabel('Email').fill('bob@acme.test');
+  await page.getByLabel('Email').fill(email);
   await page.getByLabel('Password').fill('export-demo');
   await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page.getByTestId('who')).toHaveText('bob@acme.test');
+  await expect(page.getByTestId('who')).toHaveText(email);
+}
 
+/// The whole two years of demo data: a slow export.
+async function wholeRange(page: Page) {
+  await page.getByLabel('Range').selectOption('custom');
+  const today = new Date();
+  const from = new Date(today.getTime() - 800 * 86_400_000);
+  await page.getByLabel('From', { exact: true }).fill(from.toISOString().slice(0, 10));
+  await page.getByLabel('To', { exact: true }).fill(today.toISOString().slice(0, 10));
+}
+
+const status = (page: Page) => page.getByTestId('status');
+
+async function settle(page: Page) {
+  await expect(status(page)).toHaveAttribute('data-state', TERMINAL, { timeout: 90_000 });
+}
+
+async function cancelIfRunning(page: Page) {
+  const state = await status(page).getAttribute('data-state');
+  if (state && !SETTLED.includes(state)) {
+    await page.getByTestId('cancel').click();
+    await settle(page);
+  }
+}
+
+/// Records on the page, from its first script, whether Export was ever enabled while the
+/// shown state was unsettled.
+async function watchExportButton(context: BrowserContext) {
+  await context.addInitScript((settled: string[]) => {
+    (window as any).__enabledWhileUnsettled = [];
+    const check = () => {
+      const button = document.querySelector('[data-testid=export]') as HTMLButtonElement | null;
+      const state = document.querySelector('[data-testid=status]')?.getAttribute('data-state');
+      if (button && !button.disabled && state && !settled.includes(state)) {
+        (window as any).__enabledWhileUnsettled.push(state);
+      }
+      if (button && !button.disabled && (window as any).__storedUnsettled?.()) {
+        (window as any).__enabledWhileUnsettled.push(`stored intent, state ${state}`);
+      }
+    };
+    (window as any).__storedUnsettled = () => {
+      const raw = localStorage.getItem('exportd.intent.acme.bob@acme.test');
+      return raw ? !JSON.parse(raw).settled : false;
+    };
+    new MutationObserver(check).observe(document, { subtree: true, childList: true, attributes: true });
+  }, SETTLED);
+}
+
+test('1: a double click on Export makes one operation', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  await shot(page, 'en-form');
+  await page.getByTestId('export').dblclick();
+  await settle(page);
+  await expect(status(page)).toHaveAttribute('data-state', 'ready');
+  const rows = await exportsSince(t0);
+  expect(rows.length).toBe(1);
+  await expect(status(page)).toHaveAttribute('data-op', rows[0].id);
+  const intent = await page.evaluate((slot) => JSON.parse(localStorage.getItem(slot)!), SLOT);
+  expect(intent.key).toMatch(/^[0-9a-f-]{36}$/);
+  expect(intent.id).toBe(rows[0].id);
+  await shot(page, 'en-ready');
+});
+
+test('2: a create answer lost after the server committed is retried with the same key and shows the one operation', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  const keys: string[] = [];
+  let lost = false;
+  await page.route('**/sfn/create_export', async (route) => {
+    keys.push(route.request().postDataJSON().key);
+    if (!lost) {
+      lost = true;
+      // The request reaches the server and commits; its answer never reaches the page.
+      const answer = await route.fetch();
+      expect(answer.status()).toBe(200);
+      await route.abort('connectionreset');
+    } else {
+      await route.continue();
+    }
+  });
+  await page.getByTestId('export').click();
+  await settle(page);
+  expect(keys.length).toBeGreaterThanOrEqual(2);
+  expect(new Set(keys).size).toBe(1);
+  const rows = await exportsSince(t0);
+  expect(rows.length).toBe(1);
+  await expect(status(page)).toHaveAttribute('data-op', rows[0].id);
+});
+
+test('3: a reload while running resumes the same operation without a create, Export disabled throughout', async ({ page, context }) => {
+  await watchExportButton(context);
+  const t0 = Date.now();
+  await signIn(page);
+  await wholeRange(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
+  await expect(page.getByTestId('progress')).toBeVisible();
+  await shot(page, 'en-running');
+  const [op] = await exportsSince(t0);
+
+  const creates: string[] = [];
+  page.on('request', (r) => { if (r.url().includes('/sfn/create_export')) creates.push(r.url()); });
+  // The first status call after the reload is held until the page has been looked at.
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => { release = resolve; });
+  let first = true;
+  await page.route('**/sfn/export_status', async (route) => {
+    if (first) {
+      first = false;
+      await held;
+    }
+    await route.continue();
+  });
+  await page.reload();
+  await expect(status(page)).toHaveAttribute('data-state', 'resuming');
+  await expect(page.getByTestId('export')).toBeDisabled();
+  release();
+  await expect(status(page)).toHaveAttribute('data-op', op.id);
+  await expect(status(page)).toHaveAttribute('data-state', /running|ready/, { timeout: 30_000 });
+  await settle(page);
+  expect(creates).toEqual([]);
+  expect(await page.evaluate(() => (window as any).__enabledWhileUnsettled)).toEqual([]);
+  expect((await exportsSince(t0)).length).toBe(1);
+});
+
+test('4: a second tab shows the same operation and starts no other while it is in flight', async ({ page, context }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  await wholeRange(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', /queued|running/);
+  const second = await context.newPage();
+  await second.goto('/');
+  await expect(second.getByTestId('who')).toHaveText(BOB);
+  const [op] = await exportsSince(t0);
+  await expect(status(second)).toHaveAttribute('data-op', op.id);
+  await expect(status(second)).toHaveAttribute('data-state', /queued|running/);
+  await expect(second.getByTestId('export')).toBeDisabled();
+  // Submitting the form anyway (Enter in a field) starts nothing.
+  await second.getByLabel('Timezone').press('Enter');
+  await second.getByTestId('export').click({ force: true });
+  expect((await exportsSince(t0)).length).toBe(1);
+  await page.getByTestId('cancel').click();
+  await expect(status(second)).toHaveAttribute('data-state', TERMINAL, { timeout: 60_000 });
+  await settle(page);
+  expect((await exportsSince(t0)).length).toBe(1);
+});
+
+test('5: cancel while running ends cancelled with no download; Download twice mints two links and makes no operation', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  await wholeRange(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
+  await page.getByTestId('cancel').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'cancelled', { timeout: 60_000 });
+  await expect(page.getByTestId('download')).toHaveCount(0);
+  const [cancelled] = await exportsSince(t0);
+  expect(cancelled.status).toBe('cancelled');
+
+  await page.getByLabel('Range').selectOption('last_7_days');
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
+  const ready = (await exportsSince(t0))[1];
+  for (let i = 0; i < 2; i++) {
+    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
+    expect(readFileSync((await download.path())!, 'utf8').length).toBeGreaterThan(0);
+  }
+  const minted = await query<{ n: string }>("SELECT COUNT(*) AS n FROM export_events WHERE export_id = $1 AND detail = 'download link minted'", [ready.id]);
+  expect(Number(minted[0].n)).toBe(2);
+  expect((await exportsSince(t0)).length).toBe(2);
+  await expect(page.getByTestId('recent-row').first()).toHaveAttribute('data-op', ready.id);
+  await shot(page, 'en-list');
+});
+
+test('6: a role revoked through the CLI during an export shows the failure and its reason, and the download is refused', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  await wholeRange(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
+  try {
+    exportd(['user', 'set-role', BOB, 'viewer']);
+    await expect(status(page)).toHaveAttribute('data-state', 'failed', { timeout: 60_000 });
+    await expect(page.getByTestId('failure-code')).toHaveText(/revoked|not_permitted|permission/);
+    await expect(page.getByTestId('download')).toHaveCount(0);
+    await shot(page, 'en-failed');
+    const [op] = await exportsSince(t0);
+    expect(op.status).toBe('failed');
+    const refused = await page.request.get(`/api/exports/${op.id}/download`, { maxRedirects: 0 });
+    expect([403, 409]).toContain(refused.status());
+    expect(refused.headers()['content-type']).toBe('application/problem+json');
+  } finally {
+    exportd(['user', 'set-role', BOB, 'analyst']);
+  }
+});
+
+test("7: another tenant's operation id planted in localStorage shows nothing of it", async ({ page, browser }) => {
+  const gina = await browser.newContext();
+  const ginaPage = await gina.newPage();
+  await signIn(ginaPage, 'gina@globex.test');
+  await ginaPage.getByTestId('export').click();
+  await expect(status(ginaPage)).toHaveAttribute('data-state', TERMINAL, { timeout: 60_000 });
+  const theirs = await status(ginaPage).getAttribute('data-op');
+  expect(theirs).toMatch(/^exp_/);
+  await gina.close();
+
+  await signIn(page);
+  await settle(page).catch(() => {});
+  await page.evaluate(([slot, id]) => {
+    localStorage.setItem(slot, JSON.stringify({ key: 'planted', request: { report: 'orders' }, id, settled: false }));
+  }, [SLOT, theirs!]);
+  await page.reload();
+  await expect(page.getByTestId('who')).toHaveText(BOB);
+  await expect(status(page)).toHaveAttribute('data-state', 'idle');
+  await expect(status(page)).toHaveAttribute('data-op', '');
+  expect(await page.content()).not.toContain(theirs!);
+  expect(await page.evaluate((slot) => localStorage.getItem(slot), SLOT)).toBeNull();
+});
+
+test('9: a server function refuses another origin, and its error reaches the page as the typed problem', async ({ page }) => {
+  await signIn(page);
+  const refused = await page.request.post('/sfn/create_export', {
+    headers: { Origin: 'https://evil.example', Accept: 'application/json' },
+    data: { key: 'k-evil', request: { report: 'orders' } },
+  });
+  expect(refused.status()).toBe(403);
+  expect(refused.headers()['content-type']).toBe('application/problem+json');
+  expect((await refused.json()).code).toBe('cross-origin');
+
+  const t0 = Date.now();
+  await page.getByLabel('Timezone').fill('Mars/Olympus_Mons');
+  const [answer] = await Promise.all([
+    page.waitForResponse((r) => r.url().includes('/sfn/create_export')),
+    page.getByTestId('export').click(),
+  ]);
+  expect(answer.status()).toBe(422);
+  expect((await answer.json()).code).toBe('invalid-request');
+  await expect(page.getByTestId('error-timezone')).toBeVisible();
+  await expect(status(page)).toHaveAttribute('data-state', 'idle');
+  await expect(page.getByTestId('export')).toBeEnabled();
+  expect((await exportsSince(t0)).length).toBe(0);
+});
+
+test('the downloaded file of a ready export has the rows of the database', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
   await page.getByLabel('Report').selectOption('orders');
   await page.getByLabel('Range').selectOption('last_7_days');
-  const exportButton = page.getByTestId('export');
-  // A double click is one intent.
-  await exportButton.dblclick();
-
-  // The intent (key + request) is in localStorage, and the operation id once known.
-  await expect.poll(async () => page.evaluate(() => {
-    const raw = localStorage.getItem('exportd.intent.bob@acme.test');
-    return raw ? JSON.parse(raw).id ?? null : null;
-  })).not.toBeNull();
-  const intent = await page.evaluate(() => JSON.parse(localStorage.getItem('exportd.intent.bob@acme.test')!));
-  expect(intent.key).toMatch(/^[0-9a-f-]{36}$/);
-
-  // A reload resumes the same operation without a new POST.
-  await page.reload();
-  await expect(page.getByTestId('status')).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
-  const exportsRows = await query<{ n: string }>('SELECT COUNT(*) AS n FROM exports');
-  expect(Number(exportsRows[0].n)).toBe(1);
-
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
+  const [op] = await query<{ id: string; resolved: string }>('SELECT id, resolved FROM exports WHERE created_at >= $1', [t0]);
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
-  const path = await download.path();
-  const text = readFileSync(path!, 'utf8');
+  const text = readFileSync((await download.path())!, 'utf8');
   const rows: string[][] = parse(text, { relax_column_count: false });
   const header = rows.shift()!;
   expect(header).not.toContain('customer_email');
   const idIndex = header.indexOf('order_id');
   expect(idIndex).toBeGreaterThanOrEqual(0);
-
-  const [op] = await query<{ id: string; resolved: string }>('SELECT id, resolved FROM exports');
-  expect(op.id).toBe(intent.id);
   const resolved = JSON.parse(op.resolved);
   const expected = await query<{ id: string }>(
     "SELECT o.id FROM orders o JOIN tenants t ON t.id = o.tenant_id WHERE t.slug = 'acme' AND o.placed_at >= $1 AND o.placed_at < $2 ORDER BY o.id",

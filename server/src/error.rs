@@ -117,12 +117,12 @@ pub fn new_support_ref() -> String {
     format!("ref_{}", uuid::Uuid::new_v4().simple())
 }
 
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
+impl AppError {
+    /// The RFC 9457 body of this error, the same for the REST API and the page's server
+    /// functions. An internal cause is logged beside a new support reference and never sent.
+    pub fn into_problem(self) -> app::Problem {
         let (code, status, title) = self.parts();
         let mut problem = app::Problem::new(code, status.as_u16(), title);
-        let mut retry_after = None;
-        let mut content_range = None;
         match self {
             AppError::ExportNotPermitted(detail)
             | AppError::IdempotencyKeyInvalid(detail)
@@ -130,12 +130,11 @@ impl IntoResponse for AppError {
             | AppError::NotReady(detail) => {
                 problem.detail = Some(detail);
             }
-            AppError::RangeNotSatisfiable { len } => content_range = Some(format!("bytes */{len}")),
             AppError::InvalidRequest(errors) => problem.errors = Some(errors),
             AppError::IdempotencyKeyReused { operation_ref } => problem.operation_ref = Some(operation_ref),
             AppError::ExportAlreadyFinished(view) => problem.export = Some(view),
             AppError::TooManyExports { retry_after_secs } | AppError::RateLimited { retry_after_secs } => {
-                retry_after = Some(retry_after_secs);
+                problem.retry_after = Some(retry_after_secs);
             }
             AppError::Internal(cause) => {
                 let support_ref = new_support_ref();
@@ -144,6 +143,19 @@ impl IntoResponse for AppError {
             }
             _ => {}
         }
+        problem
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let content_range = match &self {
+            AppError::RangeNotSatisfiable { len } => Some(format!("bytes */{len}")),
+            _ => None,
+        };
+        let problem = self.into_problem();
+        let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let retry_after = problem.retry_after;
         let body = serde_json::to_string(&problem).unwrap_or_default();
         let mut resp = (status, body).into_response();
         resp.headers_mut()

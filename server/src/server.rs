@@ -4,10 +4,8 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::controllers;
 use crate::error::AppError;
-use crate::job_store::wakeup::Wakeup;
-use crate::links::LinkSigner;
+use crate::exports::context::ServiceContext;
 use crate::metrics::Metrics;
-use crate::storage::Stores;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::Router;
@@ -19,35 +17,24 @@ use std::sync::Arc;
 /// The largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
 
-/// What every request handler shares.
+/// What every request handler shares: the export service's context, which it derefs to.
 #[derive(Clone)]
 pub struct AppState {
-    /// The database pool.
-    pub db: DatabaseConnection,
-    /// The configuration.
-    pub config: Arc<Config>,
-    /// The clock requests are resolved with.
-    pub clock: SharedClock,
-    /// The object stores.
-    pub stores: Arc<Stores>,
-    /// Link signing keys.
-    pub links: Arc<LinkSigner>,
-    /// Wakes this process's worker when a job is queued.
-    pub wakeup: Wakeup,
-    /// This process's metrics, shared with its worker.
-    pub metrics: Metrics,
+    /// The service the handlers adapt to.
+    pub service: ServiceContext,
 }
 
 impl AppState {
     /// Builds the state, loading the link-signing keys.
     pub async fn new(db: DatabaseConnection, config: Arc<Config>, clock: SharedClock) -> Result<AppState, sea_orm::DbErr> {
-        let links = LinkSigner::load(&db, config.signing_key.as_deref()).await?;
-        Ok(AppState { stores: Arc::new(Stores::new(config.clone())), db, config, clock, links: Arc::new(links), wakeup: Wakeup::default(), metrics: Metrics::default() })
+        Ok(AppState { service: ServiceContext::new(db, config, clock).await? })
     }
+}
 
-    /// Now, in epoch milliseconds, from the injectable clock.
-    pub fn now_ms(&self) -> i64 {
-        self.clock.now().as_millisecond()
+impl std::ops::Deref for AppState {
+    type Target = ServiceContext;
+    fn deref(&self) -> &ServiceContext {
+        &self.service
     }
 }
 
@@ -99,12 +86,21 @@ pub fn app_router(state: AppState) -> Router {
         .site_pkg_dir("pkg")
         .build();
     let routes = generate_route_list(app::App);
+    let backend = app::sfn::backend::Backend(Arc::new(controllers::page::PageFunctions(state.clone())));
     let page = Router::new()
-        .leptos_routes(&options, routes, {
-            let options = options.clone();
-            move || app::shell(options.clone())
-        })
+        .leptos_routes_with_context(
+            &options,
+            routes,
+            move || leptos::prelude::provide_context(backend.clone()),
+            {
+                let options = options.clone();
+                move || app::shell(options.clone())
+            },
+        )
+        .route("/sfn/{*rest}", axum::routing::any(unknown_api_route))
         .fallback(leptos_axum::file_and_error_handler(app::shell))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn(controllers::page::same_origin_only))
         .with_state(options);
     traced(api_router(state).merge(page))
 }

@@ -1,14 +1,10 @@
 //! Downloads: minting a link (`/api/exports/{id}/download`) and serving one (`/files/{id}`).
 
-use crate::auth::{load_active_actor, Actor, AuthVia};
-use crate::entities::exports;
+use crate::auth::Actor;
 use crate::error::AppError;
-use crate::exports::service::{self, role_covers};
-use crate::job_store::{audit, Mover};
-use crate::exports::view::{resolved_of, status_of};
+use crate::exports::service;
 use crate::links::LinkQuery;
 use crate::server::AppState;
-use app::ExportStatus;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -17,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use futures::TryStreamExt;
 use object_store::{GetOptions, GetRange};
-use sea_orm::EntityTrait;
 
 /// `GET /api/exports/{id}/download`: 303 to a freshly minted link.
 #[utoipa::path(get, path = "/api/exports/{id}/download", tag = "downloads",
@@ -95,33 +90,8 @@ pub async fn serve_link(
 ) -> Result<Response, AppError> {
     let Query(query) = query.map_err(|_| AppError::LinkInvalid)?;
     let grant = state.links.check(&id, &query, state.now_ms() / 1000)?;
-    let m = exports::Entity::find_by_id(grant.export_id.clone()).one(&state.db).await?.ok_or(AppError::LinkInvalid)?;
-    if m.artifact_sha256.as_deref() != Some(grant.sha256.as_str()) {
-        return Err(AppError::LinkInvalid);
-    }
-    if status_of(&m)? != ExportStatus::Ready {
-        return Err(AppError::ExportNotReady);
-    }
-    if m.artifact_expired {
-        return Err(AppError::ArtifactExpired);
-    }
-    let actor = load_active_actor(&state.db, &grant.actor_id, AuthVia::Token).await?;
-    let resolved = resolved_of(&m)?;
-    let allowed = actor.as_ref().is_some_and(|a| a.tenant_id == m.tenant_id && role_covers(a.role, &m.report, &resolved));
-    if !allowed {
-        return Err(AppError::PermissionRevoked);
-    }
-    let key = object_store::path::Path::from(m.artifact_key.clone().ok_or_else(|| AppError::Internal(format!("ready export {} has no artifact key", m.id)))?);
-    let store = state.stores.for_deployment(&m.deployment)?;
-    let gone = |e: object_store::Error| match e {
-        // Gone from the store (retention ran, or someone removed it): expired, not an error.
-        object_store::Error::NotFound { .. } => AppError::ArtifactExpired,
-        e => e.into(),
-    };
-    let len = match m.artifact_bytes {
-        Some(bytes) => bytes as u64,
-        None => store.objects().head(&key).await.map_err(gone)?.size,
-    };
+    let service::LinkedArtifact { export: m, store, key, len } = service::open_link(&state, &grant).await?;
+    let gone = service::artifact_gone;
     let etag = format!("\"{}\"", grant.sha256);
     let part = requested_part(&method, &headers, len, &etag)?;
 
@@ -139,7 +109,7 @@ pub async fn serve_link(
             Part::Whole => "downloaded".to_owned(),
             Part::Range(first, last) => format!("downloaded bytes {first}-{last}"),
         };
-        audit::record_event(&state.db, &m, Mover::User(&grant.actor_id), state.now_ms(), &detail).await?;
+        service::record_download(&state, &m, &grant.actor_id, &detail).await?;
         Body::from_stream(object.into_stream().map_err(std::io::Error::other))
     };
 

@@ -1,9 +1,10 @@
 //! `/api/exports`: create and read export operations.
 
-use super::body::RawBody;
+use super::body::{require_json, RawBody};
 use crate::auth::Actor;
 use crate::error::AppError;
 use crate::error::FieldError;
+use crate::exports::key::IdempotencyKey;
 use crate::exports::service::{self, CancelOutcome, CreateOutcome, ExportList};
 use crate::server::AppState;
 use axum::extract::rejection::QueryRejection;
@@ -26,7 +27,11 @@ fn location(id: &str) -> Result<HeaderValue, AppError> {
         (status = 400, description = "idempotency-key-missing, idempotency-key-invalid or malformed-json", body = app::Problem, content_type = "application/problem+json"), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"), (status = 403, description = "export-not-permitted or cross-origin", body = app::Problem, content_type = "application/problem+json"), (status = 405, description = "method-not-allowed", body = app::Problem, content_type = "application/problem+json"), (status = 413, description = "body-too-large", body = app::Problem, content_type = "application/problem+json"), (status = 415, description = "unsupported-media-type", body = app::Problem, content_type = "application/problem+json"), (status = 422, description = "invalid-request or idempotency-key-reused", body = app::Problem, content_type = "application/problem+json"), (status = 429, description = "too-many-exports", body = app::Problem, content_type = "application/problem+json"), (status = 404, description = "not-found", body = app::Problem, content_type = "application/problem+json"), (status = 500, description = "internal", body = app::Problem, content_type = "application/problem+json")
     ))]
 pub async fn create(State(state): State<AppState>, actor: Actor, headers: HeaderMap, RawBody(body): RawBody) -> Result<Response, AppError> {
-    let outcome = service::create_export(&state, &actor, &headers, &body).await?;
+    service::ensure_may_export(&actor)?;
+    let key = IdempotencyKey::from_header_values(headers.get_all("idempotency-key").iter().map(|v| v.as_bytes()))?;
+    require_json(&headers)?;
+    let request = service::parse_json(&body)?;
+    let outcome = service::create_export(&state, &actor, &key, request).await?;
     let (view, replayed) = match outcome {
         CreateOutcome::Created(v) => (v, false),
         CreateOutcome::Replayed(v) => (v, true),

@@ -6,4 +6,5 @@ pub mod downloads;
 pub mod exports;
 pub mod health;
 pub mod openapi;
+pub mod page;
 pub mod session;

@@ -2,22 +2,32 @@
 //! without `"`; decoded 1–255 characters; `"abc"` and `abc` are the same key.
 
 use crate::error::AppError;
-use axum::http::HeaderMap;
 
 /// The longest decoded key.
 pub const MAX_KEY_LEN: usize = 255;
 
-/// Reads and decodes the key. Absent → `idempotency-key-missing`; anything else that is not one
-/// valid key (empty, too long, non-ASCII, bad quoting, the header twice) → `idempotency-key-invalid`.
-pub fn parse_idempotency_key(headers: &HeaderMap) -> Result<String, AppError> {
-    let mut values = headers.get_all("idempotency-key").iter();
-    let Some(value) = values.next() else {
-        return Err(AppError::IdempotencyKeyMissing);
-    };
-    if values.next().is_some() {
-        return Err(invalid("the header appears more than once"));
+/// A decoded idempotency key: 1–255 printable ASCII characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Decodes the values of every `Idempotency-Key` header of a request. None →
+    /// `idempotency-key-missing`; anything else that is not one valid key (empty, too long,
+    /// non-ASCII, bad quoting, the header twice) → `idempotency-key-invalid`.
+    pub fn from_header_values<'a>(mut values: impl Iterator<Item = &'a [u8]>) -> Result<IdempotencyKey, AppError> {
+        let Some(value) = values.next() else {
+            return Err(AppError::IdempotencyKeyMissing);
+        };
+        if values.next().is_some() {
+            return Err(invalid("the header appears more than once"));
+        }
+        decode(value).map(IdempotencyKey)
     }
-    decode(value.as_bytes())
+
+    /// The key as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 fn invalid(why: &str) -> AppError {
@@ -72,14 +82,9 @@ fn decode_sf_string(raw: &[u8]) -> Result<String, AppError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
     fn parse(values: &[&[u8]]) -> Result<String, AppError> {
-        let mut h = HeaderMap::new();
-        for v in values {
-            h.append("idempotency-key", HeaderValue::from_bytes(v).unwrap());
-        }
-        parse_idempotency_key(&h)
+        IdempotencyKey::from_header_values(values.iter().copied()).map(|k| k.0)
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! that every adapter (REST, page) calls.
 
 pub mod canonical;
+pub mod context;
 pub mod key;
 pub mod reports;
 pub mod resolve;

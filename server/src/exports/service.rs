@@ -2,7 +2,8 @@
 //! once; the REST controllers (and any other adapter) only translate HTTP to these calls.
 
 use super::canonical::fingerprint;
-use super::key::parse_idempotency_key;
+use super::context::ServiceContext;
+use super::key::IdempotencyKey;
 use super::reports::find_report;
 use super::resolve::resolve;
 use super::validate::{control_characters, validate};
@@ -13,9 +14,7 @@ use crate::entities::{exports, users};
 use crate::job_store::transitions::{self, Outcome};
 use crate::job_store::{audit, Mover};
 use crate::error::AppError;
-use crate::server::AppState;
 use app::{DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
-use axum::http::HeaderMap;
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -41,8 +40,8 @@ pub fn role_covers(role: Role, report: &str, resolved: &ResolvedContract) -> boo
     needs_pii.is_some_and(|pii| role.may_export_contract(pii))
 }
 
-/// Parses the body as JSON; malformed → 400 `malformed-json`.
-fn parse_json(body: &[u8]) -> Result<Value, AppError> {
+/// Parses a request body as JSON; malformed → 400 `malformed-json`.
+pub fn parse_json(body: &[u8]) -> Result<Value, AppError> {
     serde_json::from_slice(body).map_err(|e| AppError::MalformedJson(format!("line {}, column {}", e.line(), e.column())))
 }
 
@@ -77,9 +76,21 @@ fn replay_or_conflict(existing: &exports::Model, fingerprint: Option<&str>) -> R
     }
 }
 
-/// Creates an export, or replays the one bound to the key (SPEC §3.1, in its order of checks).
-pub async fn create_export(state: &AppState, actor: &Actor, headers: &HeaderMap, body: &[u8]) -> Result<CreateOutcome, AppError> {
-    let outcome = create_or_replay(state, actor, headers, body).await;
+/// The first rule of a create (SPEC §3.1): the actor's role may export at all. An adapter calls it
+/// before it reads the key and the body, so the order of answers is the contract's;
+/// `create_export` checks it again for any caller that did not.
+pub fn ensure_may_export(actor: &Actor) -> Result<(), AppError> {
+    if actor.role.may_export() {
+        Ok(())
+    } else {
+        Err(AppError::ExportNotPermitted("your role may not export".into()))
+    }
+}
+
+/// Creates an export for `request` (the JSON document as sent, before defaults), or replays the
+/// one bound to `key` (SPEC §3.1, in its order of checks).
+pub async fn create_export(state: &ServiceContext, actor: &Actor, key: &IdempotencyKey, request: Value) -> Result<CreateOutcome, AppError> {
+    let outcome = create_or_replay(state, actor, key.as_str(), request).await;
     match &outcome {
         Ok(CreateOutcome::Replayed(_)) => state.metrics.replays.inc(),
         Err(AppError::IdempotencyKeyReused { .. }) => state.metrics.key_reuse_conflicts.inc(),
@@ -88,18 +99,13 @@ pub async fn create_export(state: &AppState, actor: &Actor, headers: &HeaderMap,
     outcome
 }
 
-async fn create_or_replay(state: &AppState, actor: &Actor, headers: &HeaderMap, body: &[u8]) -> Result<CreateOutcome, AppError> {
-    if !actor.role.may_export() {
-        return Err(AppError::ExportNotPermitted("your role may not export".into()));
-    }
-    let key = parse_idempotency_key(headers)?;
-    crate::controllers::body::require_json(headers)?;
-    let raw = parse_json(body)?;
+async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw: Value) -> Result<CreateOutcome, AppError> {
+    ensure_may_export(actor)?;
     let typed = typed_request(raw.clone());
     let fp = typed.as_ref().ok().map(|r| serde_json::to_value(r).map(|v| fingerprint(&v))).transpose()
         .map_err(|e| AppError::Internal(format!("request serialisation: {e}")))?;
 
-    if let Some(existing) = find_by_key(&state.db, actor, &key).await? {
+    if let Some(existing) = find_by_key(&state.db, actor, key).await? {
         return replay_or_conflict(&existing, fp.as_deref()).map(CreateOutcome::Replayed);
     }
 
@@ -113,11 +119,11 @@ async fn create_or_replay(state: &AppState, actor: &Actor, headers: &HeaderMap, 
     let report = validate(&request, actor.role)?.report;
     let now = state.clock.now();
     let (resolved, _) = resolve(report, &request, actor.role, &actor.deployment, now)?;
-    insert_new(state, actor, &key, &fp, &request, &resolved).await
+    insert_new(state, actor, key, &fp, &request, &resolved).await
 }
 
 async fn insert_new(
-    state: &AppState,
+    state: &ServiceContext,
     actor: &Actor,
     key: &str,
     fp: &str,
@@ -229,7 +235,7 @@ pub fn download_filename(m: &exports::Model) -> String {
 /// presigned GET (the store cannot re-check authority, so the link's lifetime is the bound), on a
 /// local folder a signed `/files/…` link that re-checks authority when it is used. Either lasts
 /// `EXPORTD_LINK_TTL_SECS`.
-fn mint_download(state: &AppState, actor: &Actor, m: &exports::Model) -> Result<Option<DownloadView>, AppError> {
+fn mint_download(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> Result<Option<DownloadView>, AppError> {
     let (Some(sha), Some(key), Ok(ExportStatus::Ready)) = (&m.artifact_sha256, &m.artifact_key, status_of(m)) else { return Ok(None) };
     if m.artifact_expired || !role_covers(actor.role, &m.report, &resolved_of(m)?) {
         return Ok(None);
@@ -245,18 +251,18 @@ fn mint_download(state: &AppState, actor: &Actor, m: &exports::Model) -> Result<
 }
 
 /// The view of an export as `actor` sees it: with a fresh link when they may download it.
-fn view_for(state: &AppState, actor: &Actor, m: &exports::Model) -> Result<ExportView, AppError> {
+fn view_for(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> Result<ExportView, AppError> {
     to_view(m, mint_download(state, actor, m)?)
 }
 
 /// The actor's view of one of their exports.
-pub async fn get_export(state: &AppState, actor: &Actor, id: &str) -> Result<ExportView, AppError> {
+pub async fn get_export(state: &ServiceContext, actor: &Actor, id: &str) -> Result<ExportView, AppError> {
     let m = find_own(&state.db, actor, id).await?;
     view_for(state, actor, &m)
 }
 
 /// A fresh link for a download of the actor's export, in SPEC §2's order: lookup → state → authority.
-pub async fn download_link(state: &AppState, actor: &Actor, id: &str) -> Result<String, AppError> {
+pub async fn download_link(state: &ServiceContext, actor: &Actor, id: &str) -> Result<String, AppError> {
     let m = find_own(&state.db, actor, id).await?;
     if status_of(&m)? != ExportStatus::Ready {
         return Err(AppError::ExportNotReady);
@@ -272,6 +278,61 @@ pub async fn download_link(state: &AppState, actor: &Actor, id: &str) -> Result<
     Ok(link.url)
 }
 
+/// A published artifact that a signed link may serve: the export, its store, its key and size.
+pub struct LinkedArtifact {
+    /// The export the link is for.
+    pub export: exports::Model,
+    /// The store holding the file.
+    pub store: crate::storage::ExportStore,
+    /// The file's key in the store.
+    pub key: object_store::path::Path,
+    /// The file's size in bytes.
+    pub len: u64,
+}
+
+/// A file missing from its store is expired (retention ran, or someone removed it), not an error.
+pub fn artifact_gone(e: object_store::Error) -> AppError {
+    match e {
+        object_store::Error::NotFound { .. } => AppError::ArtifactExpired,
+        e => e.into(),
+    }
+}
+
+/// The artifact a verified link grants, after re-checking (SPEC §2) that it is still the same
+/// file, still ready and not expired, and that the minting actor is still active in the export's
+/// tenant and may still read every column of it.
+pub async fn open_link(state: &ServiceContext, grant: &crate::links::LinkGrant) -> Result<LinkedArtifact, AppError> {
+    let m = exports::Entity::find_by_id(grant.export_id.clone()).one(&state.db).await?.ok_or(AppError::LinkInvalid)?;
+    if m.artifact_sha256.as_deref() != Some(grant.sha256.as_str()) {
+        return Err(AppError::LinkInvalid);
+    }
+    if status_of(&m)? != ExportStatus::Ready {
+        return Err(AppError::ExportNotReady);
+    }
+    if m.artifact_expired {
+        return Err(AppError::ArtifactExpired);
+    }
+    let actor = crate::auth::load_active_actor(&state.db, &grant.actor_id, crate::auth::AuthVia::Token).await?;
+    let resolved = resolved_of(&m)?;
+    let allowed = actor.as_ref().is_some_and(|a| a.tenant_id == m.tenant_id && role_covers(a.role, &m.report, &resolved));
+    if !allowed {
+        return Err(AppError::PermissionRevoked);
+    }
+    let key = object_store::path::Path::from(m.artifact_key.clone().ok_or_else(|| AppError::Internal(format!("ready export {} has no artifact key", m.id)))?);
+    let store = state.stores.for_deployment(&m.deployment)?;
+    let len = match m.artifact_bytes {
+        Some(bytes) => bytes as u64,
+        None => store.objects().head(&key).await.map_err(artifact_gone)?.size,
+    };
+    Ok(LinkedArtifact { export: m, store, key, len })
+}
+
+/// Records in the export's history that `actor_id` downloaded (part of) its file.
+pub async fn record_download(state: &ServiceContext, m: &exports::Model, actor_id: &str, detail: &str) -> Result<(), AppError> {
+    audit::record_event(&state.db, m, Mover::User(actor_id), state.now_ms(), detail).await?;
+    Ok(())
+}
+
 /// What a cancel did (SPEC §3): 200 for `cancelled`, 202 for `cancel_requested`.
 #[derive(Debug)]
 pub enum CancelOutcome {
@@ -283,7 +344,7 @@ pub enum CancelOutcome {
 
 /// Cancels the actor's export: `queued`/`retry_wait` → `cancelled`, `running` →
 /// `cancel_requested`, in one conditional update; a finished export is 409 with its view.
-pub async fn cancel_export(state: &AppState, actor: &Actor, id: &str) -> Result<CancelOutcome, AppError> {
+pub async fn cancel_export(state: &ServiceContext, actor: &Actor, id: &str) -> Result<CancelOutcome, AppError> {
     let m = find_own(&state.db, actor, id).await?;
     let row = match transitions::cancel(&state.db, &m.id, &actor.tenant_id, &actor.user_id).await? {
         Outcome::Moved(row) => *row,
@@ -301,14 +362,7 @@ pub async fn cancel_export(state: &AppState, actor: &Actor, id: &str) -> Result<
     }
 }
 
-/// A page of `GET /api/exports`.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct ExportList {
-    /// The exports, newest first.
-    pub items: Vec<ExportView>,
-    /// Where the next page starts; null on the last page.
-    pub next_cursor: Option<String>,
-}
+pub use app::ExportList;
 
 fn encode_cursor(m: &exports::Model) -> String {
     use base64::Engine;
@@ -330,7 +384,7 @@ pub const LIST_DEFAULT: u64 = 20;
 pub const LIST_MAX: u64 = 100;
 
 /// The actor's exports, newest first, `limit` per page (1–100), after `cursor`.
-pub async fn list_exports(state: &AppState, actor: &Actor, limit: Option<&str>, cursor: Option<&str>) -> Result<ExportList, AppError> {
+pub async fn list_exports(state: &ServiceContext, actor: &Actor, limit: Option<&str>, cursor: Option<&str>) -> Result<ExportList, AppError> {
     let limit = match limit {
         None => LIST_DEFAULT,
         Some(s) => s.parse::<u64>().ok().filter(|n| (1..=LIST_MAX).contains(n)).ok_or_else(|| {

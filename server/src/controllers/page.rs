@@ -1,0 +1,79 @@
+//! The page's server functions (`app::sfn`), adapted to the export service exactly as the REST
+//! controllers are: authenticate from the request head, call the service, answer its error as
+//! the same problem.
+
+use crate::auth::Actor;
+use crate::error::AppError;
+use crate::exports::key::IdempotencyKey;
+use crate::exports::service::{self, CancelOutcome, CreateOutcome};
+use crate::server::AppState;
+use app::sfn::backend::{BoxFuture, PageBackend};
+use app::{ExportList, ExportRequest, ExportView, Problem};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use std::future::Future;
+
+/// The server functions' backend over the app's state.
+pub struct PageFunctions(pub AppState);
+
+impl PageFunctions {
+    /// Runs `call` as the request's actor; any error becomes its problem.
+    fn as_actor<'a, T, F, Fut>(&'a self, mut parts: Parts, call: F) -> BoxFuture<'a, Result<T, Problem>>
+    where
+        T: Send + 'a,
+        F: FnOnce(&'a AppState, Actor) -> Fut + Send + 'a,
+        Fut: Future<Output = Result<T, AppError>> + Send + 'a,
+    {
+        Box::pin(async move {
+            let actor = Actor::from_request_parts(&mut parts, &self.0).await.map_err(AppError::into_problem)?;
+            call(&self.0, actor).await.map_err(AppError::into_problem)
+        })
+    }
+}
+
+impl PageBackend for PageFunctions {
+    fn create_export(&self, parts: Parts, key: String, request: ExportRequest) -> BoxFuture<'_, Result<ExportView, Problem>> {
+        self.as_actor(parts, move |state, actor| async move {
+            service::ensure_may_export(&actor)?;
+            let key = IdempotencyKey::from_header_values(std::iter::once(key.as_bytes()))?;
+            let request = serde_json::to_value(&request).map_err(|e| AppError::Internal(format!("request serialisation: {e}")))?;
+            match service::create_export(state, &actor, &key, request).await? {
+                CreateOutcome::Created(view) | CreateOutcome::Replayed(view) => Ok(view),
+            }
+        })
+    }
+
+    fn export_status(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ExportView, Problem>> {
+        self.as_actor(parts, move |state, actor| async move { service::get_export(state, &actor, &id).await })
+    }
+
+    fn list_exports(&self, parts: Parts, cursor: Option<String>) -> BoxFuture<'_, Result<ExportList, Problem>> {
+        self.as_actor(parts, move |state, actor| async move { service::list_exports(state, &actor, None, cursor.as_deref()).await })
+    }
+
+    fn cancel_export(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ExportView, Problem>> {
+        self.as_actor(parts, move |state, actor| async move {
+            match service::cancel_export(state, &actor, &id).await? {
+                CancelOutcome::Cancelled(view) | CancelOutcome::Requested(view) => Ok(view),
+            }
+        })
+    }
+
+    fn download_link(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<String, Problem>> {
+        self.as_actor(parts, move |state, actor| async move { service::download_link(state, &actor, &id).await })
+    }
+}
+
+/// Refuses a cross-site request to a server function (a path under `/sfn`) before it runs: they carry the session
+/// cookie and have no CSRF defence of their own (SPEC §2's same-origin rule).
+pub async fn same_origin_only(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !req.uri().path().starts_with(app::sfn::PREFIX) {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    if let Err(e) = crate::auth::require_same_origin(&parts) {
+        return e.into_response();
+    }
+    next.run(axum::extract::Request::from_parts(parts, body)).await
+}

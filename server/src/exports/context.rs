@@ -1,0 +1,53 @@
+//! What the export service works with: the database, the clock, the configuration, the object
+//! stores, the link signer, the worker's wake-up and the metrics. No HTTP type is part of it, so
+//! the REST controllers, the page's server functions and the tests all call the service the same
+//! way.
+
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::job_store::wakeup::Wakeup;
+use crate::links::LinkSigner;
+use crate::metrics::Metrics;
+use crate::storage::Stores;
+use sea_orm::DatabaseConnection;
+use std::sync::Arc;
+
+/// The export service's own context; every adapter holds one and passes it in.
+#[derive(Clone)]
+pub struct ServiceContext {
+    /// The database pool.
+    pub db: DatabaseConnection,
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// The clock requests are resolved with.
+    pub clock: SharedClock,
+    /// The object stores.
+    pub stores: Arc<Stores>,
+    /// Link signing keys.
+    pub links: Arc<LinkSigner>,
+    /// Wakes this process's worker when a job is queued.
+    pub wakeup: Wakeup,
+    /// This process's metrics, shared with its worker.
+    pub metrics: Metrics,
+}
+
+impl ServiceContext {
+    /// Builds the context, loading the link-signing keys.
+    pub async fn new(db: DatabaseConnection, config: Arc<Config>, clock: SharedClock) -> Result<ServiceContext, sea_orm::DbErr> {
+        let links = LinkSigner::load(&db, config.signing_key.as_deref()).await?;
+        Ok(ServiceContext {
+            stores: Arc::new(Stores::new(config.clone())),
+            db,
+            config,
+            clock,
+            links: Arc::new(links),
+            wakeup: Wakeup::default(),
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// Now, in epoch milliseconds, from the injectable clock.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now().as_millisecond()
+    }
+}
