@@ -9,6 +9,8 @@ mod client;
 
 pub use model::*;
 
+include!(concat!(env!("OUT_DIR"), "/i18n/mod.rs"));
+
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, Stylesheet, Title};
 use leptos_router::{
@@ -20,7 +22,7 @@ use leptos_router::{
 pub fn shell(options: LeptosOptions) -> impl IntoView {
     view! {
         <!DOCTYPE html>
-        <html lang="en">
+        <html>
             <head>
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
@@ -43,12 +45,14 @@ pub fn App() -> impl IntoView {
     view! {
         <Stylesheet id="leptos" href="/pkg/exportd.css"/>
         <Title text="exportd"/>
-        <Router>
-            <main>
-                <Routes fallback=|| view! { <p>"Page not found."</p> }>
-                    <Route path=StaticSegment("") view=page::ExportPage/>
-                </Routes>
-            </main>
-        </Router>
+        <i18n::I18nContextProvider>
+            <Router>
+                <main>
+                    <Routes fallback=|| view! { <p>"Page not found."</p> }>
+                        <Route path=StaticSegment("") view=page::ExportPage/>
+                    </Routes>
+                </main>
+            </Router>
+        </i18n::I18nContextProvider>
     }
 }

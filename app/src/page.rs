@@ -4,8 +4,12 @@
 //! Everything that touches the network or localStorage runs only in the browser (`client`); the
 //! server renders the same "loading" first state the browser starts from, so hydration matches.
 
+use crate::i18n::*;
 use crate::model::{ExportState, ExportView, Preset, ProblemField, SessionView};
 use leptos::prelude::*;
+
+/// The page's translations.
+pub type I18n = leptos_i18n::I18nContext<Locale>;
 
 /// Whether the browser knows who is signed in yet.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,9 +73,29 @@ pub struct PageSignals {
     pub next_cursor: RwSignal<Option<String>>,
 }
 
-/// The presets a range may be, and the page's names for them.
-pub const RANGES: [(&str, &str); 4] =
-    [("yesterday", "Yesterday"), ("last_7_days", "Last 7 days"), ("this_month", "This month"), ("custom", "Dates…")];
+/// The values of the range field: the presets, and `custom` for dates.
+pub const RANGES: [&str; 4] = ["yesterday", "last_7_days", "this_month", "custom"];
+
+fn range_label(i18n: I18n, value: &str) -> String {
+    match value {
+        "yesterday" => t_string!(i18n, range_yesterday).to_string(),
+        "last_7_days" => t_string!(i18n, range_last_7_days).to_string(),
+        "this_month" => t_string!(i18n, range_this_month).to_string(),
+        _ => t_string!(i18n, range_custom).to_string(),
+    }
+}
+
+/// The explanation of a failure, in the page's language when its code is a known one.
+fn failure_reason(i18n: I18n, code: &str, message: &str) -> String {
+    match code {
+        "permission_revoked" => t_string!(i18n, failure_permission_revoked).to_string(),
+        "storage_unavailable" => t_string!(i18n, failure_storage_unavailable).to_string(),
+        "worker_lost" => t_string!(i18n, failure_worker_lost).to_string(),
+        "no_worker" => t_string!(i18n, failure_no_worker).to_string(),
+        "internal" => t_string!(i18n, failure_internal).to_string(),
+        _ => message.to_owned(),
+    }
+}
 
 /// Order statuses the orders report can be filtered by.
 pub const ORDER_STATUSES: [&str; 4] = ["paid", "pending", "refunded", "cancelled"];
@@ -96,30 +120,31 @@ pub fn human_bytes(bytes: i64) -> String {
     }
 }
 
-/// The sentence that explains a state.
-pub fn describe(state: &ExportState, retry_in: Option<i64>) -> String {
+/// The sentence that explains a state, in the page's language.
+pub fn describe(i18n: I18n, state: &ExportState, retry_in: Option<i64>) -> String {
     match state {
-        ExportState::Idle => "No export yet.".to_owned(),
-        ExportState::Submitting => "Sending your export…".to_owned(),
-        ExportState::Resuming => "Finding your export…".to_owned(),
-        ExportState::Queued => "Queued: waiting for a worker.".to_owned(),
+        ExportState::Idle => t_string!(i18n, state_idle).to_string(),
+        ExportState::Submitting => t_string!(i18n, state_submitting).to_string(),
+        ExportState::Resuming => t_string!(i18n, state_resuming).to_string(),
+        ExportState::Queued => t_string!(i18n, state_queued).to_string(),
         ExportState::Running { rows_written, rows_total } => match rows_total {
-            Some(t) => format!("Running: {rows_written} of {t} rows written."),
-            None => format!("Running: {rows_written} rows written."),
+            Some(total) => t_string!(i18n, state_running_total, written = *rows_written, total = *total).to_string(),
+            None => t_string!(i18n, state_running, written = *rows_written).to_string(),
         },
         ExportState::RetryWait { attempt, .. } => match retry_in {
-            Some(s) if s > 0 => format!("A temporary problem (attempt {attempt}); trying again in {s} s."),
-            _ => format!("A temporary problem (attempt {attempt}); trying again now."),
+            Some(seconds) if seconds > 0 => t_string!(i18n, state_retry_in, attempt = *attempt, seconds = seconds).to_string(),
+            _ => t_string!(i18n, state_retry_now, attempt = *attempt).to_string(),
         },
-        ExportState::CancelRequested => "Cancelling: the worker stops at its next checkpoint.".to_owned(),
-        ExportState::Cancelled => "Cancelled. No file was made.".to_owned(),
-        ExportState::Ready { rows, bytes, .. } => format!("Ready: {rows} rows, {}.", human_bytes(*bytes)),
-        ExportState::Expired => "The file has expired; export again to get a new one.".to_owned(),
-        ExportState::Failed { message, retryable, .. } => {
+        ExportState::CancelRequested => t_string!(i18n, state_cancel_requested).to_string(),
+        ExportState::Cancelled => t_string!(i18n, state_cancelled).to_string(),
+        ExportState::Ready { rows, bytes, .. } => t_string!(i18n, state_ready, rows = *rows, size = human_bytes(*bytes)).to_string(),
+        ExportState::Expired => t_string!(i18n, state_expired).to_string(),
+        ExportState::Failed { code, message, retryable, .. } => {
+            let reason = failure_reason(i18n, code, message);
             if *retryable {
-                format!("Failed: {message} You can try again.")
+                t_string!(i18n, state_failed_retryable, reason = reason).to_string()
             } else {
-                format!("Failed: {message}")
+                t_string!(i18n, state_failed, reason = reason).to_string()
             }
         }
     }
@@ -140,6 +165,7 @@ const FIELD_POINTERS: [&str; 8] =
 /// The one page of the app.
 #[component]
 pub fn ExportPage() -> impl IntoView {
+    let i18n = use_i18n();
     let form = FormSignals {
         report: RwSignal::new("orders".to_owned()),
         range: RwSignal::new("last_7_days".to_owned()),
@@ -209,18 +235,18 @@ pub fn ExportPage() -> impl IntoView {
     let login_form = move || {
         view! {
             <form class="card" on:submit=on_login data-testid="login-form">
-                <h2>"Sign in"</h2>
-                <label>"Email"
+                <h2>{t!(i18n, sign_in)}</h2>
+                <label>{t!(i18n, email)}
                     <input type="email" name="email" autocomplete="username" required=true
                         prop:value=move || email.get()
                         on:input=move |ev| email.set(event_target_value(&ev))/>
                 </label>
-                <label>"Password"
+                <label>{t!(i18n, password)}
                     <input type="password" name="password" autocomplete="current-password" required=true
                         prop:value=move || password.get()
                         on:input=move |ev| password.set(event_target_value(&ev))/>
                 </label>
-                <button type="submit">"Sign in"</button>
+                <button type="submit" data-testid="sign-in">{t!(i18n, sign_in)}</button>
             </form>
         }
     };
@@ -234,33 +260,33 @@ pub fn ExportPage() -> impl IntoView {
         };
         view! {
             <form class="card export-form" on:submit=on_export data-testid="export-form" novalidate=true>
-                <h2>"Export"</h2>
+                <h2>{t!(i18n, export_heading)}</h2>
                 <ul class="field-errors" data-testid="form-errors">{general_errors}</ul>
                 <div class="row">
-                    <label>"Report"
+                    <label>{t!(i18n, report)}
                         <select name="report" prop:value=move || f.report.get()
                             on:change=move |ev| f.report.set(event_target_value(&ev))>
-                            <option value="orders">"Orders"</option>
-                            <option value="customers">"Customers"</option>
+                            <option value="orders">{t!(i18n, report_orders)}</option>
+                            <option value="customers">{t!(i18n, report_customers)}</option>
                         </select>
                         {field_error(f.errors, "/report", "report")}
                     </label>
-                    <label>"Range"
+                    <label>{t!(i18n, range)}
                         <select name="range" prop:value=move || f.range.get()
                             on:change=move |ev| f.range.set(event_target_value(&ev))>
-                            {RANGES.iter().map(|(value, label)| view! { <option value=*value>{*label}</option> }).collect_view()}
+                            {RANGES.iter().map(|value| view! { <option value=*value>{move || range_label(i18n, value)}</option> }).collect_view()}
                         </select>
                     </label>
                 </div>
                 <Show when=move || f.range.get() == "custom">
                     <div class="row">
-                        <label>"From"
+                        <label>{t!(i18n, from)}
                             <input type="date" name="from" prop:value=move || f.from.get()
                                 aria-describedby="error-from"
                                 on:input=move |ev| f.from.set(event_target_value(&ev))/>
                             {field_error(f.errors, "/time_range/from", "from")}
                         </label>
-                        <label>"To"
+                        <label>{t!(i18n, to)}
                             <input type="date" name="to" prop:value=move || f.to.get()
                                 aria-describedby="error-to"
                                 on:input=move |ev| f.to.set(event_target_value(&ev))/>
@@ -268,16 +294,16 @@ pub fn ExportPage() -> impl IntoView {
                         </label>
                     </div>
                 </Show>
-                <label>"Timezone"
+                <label>{t!(i18n, timezone)}
                     <input type="text" name="timezone" prop:value=move || f.timezone.get()
                         aria-describedby="error-timezone"
                         on:input=move |ev| f.timezone.set(event_target_value(&ev))/>
                     {field_error(f.errors, "/timezone", "timezone")}
                 </label>
                 <fieldset class="filters">
-                    <legend>"Filters"</legend>
+                    <legend>{t!(i18n, filters)}</legend>
                     <Show when=move || f.report.get() == "orders">
-                        <div class="statuses" role="group" aria-label="Status">
+                        <div class="statuses" role="group" aria-label=move || t_string!(i18n, status_filter).to_string()>
                             {ORDER_STATUSES.iter().map(|st| {
                                 let st = *st;
                                 view! {
@@ -295,19 +321,19 @@ pub fn ExportPage() -> impl IntoView {
                             {field_error(f.errors, "/filters/status", "status")}
                         </div>
                     </Show>
-                    <label>"Countries (e.g. DE, FR)"
+                    <label>{t!(i18n, countries)}
                         <input type="text" name="country" prop:value=move || f.countries.get()
                             on:input=move |ev| f.countries.set(event_target_value(&ev))/>
                         {field_error(f.errors, "/filters/country", "country")}
                     </label>
                     <Show when=move || f.report.get() == "orders">
                         <div class="row">
-                            <label>"Minimum total"
+                            <label>{t!(i18n, min_total)}
                                 <input type="number" name="min_total" step="0.01" prop:value=move || f.min_total.get()
                                     on:input=move |ev| f.min_total.set(event_target_value(&ev))/>
                                 {field_error(f.errors, "/filters/min_total", "min_total")}
                             </label>
-                            <label>"Maximum total"
+                            <label>{t!(i18n, max_total)}
                                 <input type="number" name="max_total" step="0.01" prop:value=move || f.max_total.get()
                                     on:input=move |ev| f.max_total.set(event_target_value(&ev))/>
                                 {field_error(f.errors, "/filters/max_total", "max_total")}
@@ -318,9 +344,9 @@ pub fn ExportPage() -> impl IntoView {
                 <label class="check">
                     <input type="checkbox" name="bom" prop:checked=move || f.bom.get()
                         on:change=move |ev| f.bom.set(event_target_checked(&ev))/>
-                    "Start the file with a byte order mark (for spreadsheets)"
+                    {t!(i18n, bom)}
                 </label>
-                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled()>"Export"</button>
+                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled()>{t!(i18n, export)}</button>
             </form>
         }
     };
@@ -329,33 +355,33 @@ pub fn ExportPage() -> impl IntoView {
         let state = s.state;
         view! {
             <section class="card" aria-labelledby="status-heading">
-                <h2 id="status-heading">"Current export"</h2>
+                <h2 id="status-heading">{t!(i18n, current_export)}</h2>
                 <div class="status" role="status" aria-live="polite" data-testid="status" data-state=move || state.get().name()
                     data-op=move || s.op_id.get().unwrap_or_default()>
-                    {move || describe(&state.get(), s.retry_in.get())}
+                    {move || describe(i18n, &state.get(), s.retry_in.get())}
                 </div>
                 {move || match state.get() {
                     ExportState::Running { rows_written, rows_total } => Some(view! {
                         <div class="progress">
                             <progress data-testid="progress" max=rows_total.unwrap_or(0).max(1) value=rows_written
-                                aria-label="Rows written"></progress>
-                            <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| format!("{r:.0} rows/s")).unwrap_or_default()}</span>
+                                aria-label=move || t_string!(i18n, rows_written_label).to_string()></progress>
+                            <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| t_string!(i18n, rows_per_sec, rate = format!("{r:.0}")).to_string()).unwrap_or_default()}</span>
                         </div>
                     }.into_any()),
                     ExportState::Ready { sha256, .. } => Some(view! {
                         <p class="digest">"SHA-256 " <code data-testid="sha256">{sha256}</code></p>
-                        <button type="button" data-testid="download" on:click=on_download>"Download CSV"</button>
+                        <button type="button" data-testid="download" on:click=on_download>{t!(i18n, download)}</button>
                     }.into_any()),
                     ExportState::Failed { code, support_ref, retryable, .. } => Some(view! {
-                        <p class="reason">"Reason: " <code data-testid="failure-code">{code}</code>
-                            {support_ref.map(|r| view! { " · Support reference: " <code data-testid="support-ref">{r}</code> })}
+                        <p class="reason">{t!(i18n, reason)} " " <code data-testid="failure-code">{code}</code>
+                            {support_ref.map(|r| view! { " · " {t!(i18n, support_ref)} " " <code data-testid="support-ref">{r}</code> })}
                         </p>
-                        {retryable.then(|| view! { <button type="button" data-testid="retry" on:click=on_retry>"Retry export"</button> })}
+                        {retryable.then(|| view! { <button type="button" data-testid="retry" on:click=on_retry>{t!(i18n, retry)}</button> })}
                     }.into_any()),
                     _ => None,
                 }}
                 <Show when=move || state.get().is_cancellable()>
-                    <button type="button" class="secondary" data-testid="cancel" on:click=on_cancel>"Cancel"</button>
+                    <button type="button" class="secondary" data-testid="cancel" on:click=on_cancel>{t!(i18n, cancel)}</button>
                 </Show>
             </section>
         }
@@ -364,17 +390,17 @@ pub fn ExportPage() -> impl IntoView {
     let recent_view = move || {
         view! {
             <section class="card" aria-labelledby="recent-heading">
-                <h2 id="recent-heading">"Recent exports"</h2>
+                <h2 id="recent-heading">{t!(i18n, recent)}</h2>
                 <table class="recent" data-testid="recent">
-                    <thead><tr><th>"Status"</th><th>"Range"</th><th>"Rows"</th><th>"Created"</th><th></th></tr></thead>
+                    <thead><tr><th>{t!(i18n, col_status)}</th><th>{t!(i18n, col_range)}</th><th>{t!(i18n, col_rows)}</th><th>{t!(i18n, col_created)}</th><th></th></tr></thead>
                     <tbody>
                         <For each=move || s.recent.get() key=|v| (v.id.clone(), v.updated_at.clone()) let:v>
-                            {recent_row(s, v)}
+                            {recent_row(i18n, s, v)}
                         </For>
                     </tbody>
                 </table>
                 <Show when=move || s.next_cursor.get().is_some()>
-                    <button type="button" class="secondary" data-testid="more" on:click=on_more>"More"</button>
+                    <button type="button" class="secondary" data-testid="more" on:click=on_more>{t!(i18n, more)}</button>
                 </Show>
             </section>
         }
@@ -383,12 +409,16 @@ pub fn ExportPage() -> impl IntoView {
     view! {
         <header class="top">
             <h1>"exportd"</h1>
+            <button type="button" class="link" data-testid="language"
+                on:click=move |_| i18n.set_locale(if i18n.get_locale() == Locale::en { Locale::ar } else { Locale::en })>
+                {t!(i18n, language_switch)}
+            </button>
             {move || match s.session.get() {
                 SessionState::SignedIn(who) => Some(view! {
                     <p class="who">
                         <strong data-testid="who">{who.email.clone()}</strong>
                         " (" {who.role.clone()} ", " {who.tenant.clone()} ") "
-                        <button class="link" on:click=on_logout>"Sign out"</button>
+                        <button class="link" on:click=on_logout>{t!(i18n, sign_out)}</button>
                     </p>
                 }),
                 _ => None,
@@ -396,14 +426,14 @@ pub fn ExportPage() -> impl IntoView {
         </header>
         {move || s.notice.get().map(|n| view! { <p class="notice" role="alert" data-testid="notice">{n}</p> })}
         {move || match s.session.get() {
-            SessionState::Unknown => view! { <p data-testid="loading">"Loading…"</p> }.into_any(),
+            SessionState::Unknown => view! { <p data-testid="loading">{t!(i18n, loading)}</p> }.into_any(),
             SessionState::SignedOut => login_form().into_any(),
             SessionState::SignedIn(_) => view! { {form_view()} {status_view()} {recent_view()} }.into_any(),
         }}
     }
 }
 
-fn recent_row(s: PageSignals, v: ExportView) -> impl IntoView {
+fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     let state = ExportState::from_view(&v);
     let range = format!("{} – {}", v.resolved.from.get(..10).unwrap_or(""), v.resolved.to.get(..10).unwrap_or(""));
     let rows = v.artifact.as_ref().map(|a| a.rows).unwrap_or(v.progress.rows_written);
@@ -417,9 +447,9 @@ fn recent_row(s: PageSignals, v: ExportView) -> impl IntoView {
                 #[cfg(not(feature = "hydrate"))]
                 let _ = (&s, &id);
             };
-            view! { <button type="button" class="link" data-testid="recent-download" on:click=on_click>"Download"</button> }.into_any()
+            view! { <button type="button" class="link" data-testid="recent-download" on:click=on_click>{t!(i18n, recent_download)}</button> }.into_any()
         }
-        ExportState::Failed { message, .. } => view! { <span class="reason">{message.clone()}</span> }.into_any(),
+        ExportState::Failed { code, message, .. } => view! { <span class="reason">{failure_reason(i18n, code, message)}</span> }.into_any(),
         _ => ().into_any(),
     };
     view! {

@@ -58,11 +58,12 @@ async function signIn(page: Page, email = BOB) {
 
 /// The whole two years of demo data: a slow export.
 async function wholeRange(page: Page) {
-  await page.getByLabel('Range').selectOption('custom');
+  // By name, not label: the same in English and Arabic.
+  await page.locator('select[name=range]').selectOption('custom');
   const today = new Date();
   const from = new Date(today.getTime() - 800 * 86_400_000);
-  await page.getByLabel('From', { exact: true }).fill(from.toISOString().slice(0, 10));
-  await page.getByLabel('To', { exact: true }).fill(today.toISOString().slice(0, 10));
+  await page.locator('input[name=from]').fill(from.toISOString().slice(0, 10));
+  await page.locator('input[name=to]').fill(today.toISOString().slice(0, 10));
 }
 
 const status = (page: Page) => page.getByTestId('status');
@@ -263,7 +264,7 @@ test("7: another tenant's operation id planted in localStorage shows nothing of 
   await gina.close();
 
   await signIn(page);
-  await settle(page).catch(() => {});
+  await expect(status(page)).toHaveAttribute('data-state', /^(idle|ready|failed|cancelled|expired)$/, { timeout: 60_000 });
   await page.evaluate(([slot, id]) => {
     localStorage.setItem(slot, JSON.stringify({ key: 'planted', request: { report: 'orders' }, id, settled: false }));
   }, [SLOT, theirs!]);
@@ -321,4 +322,64 @@ test('the downloaded file of a ready export has the rows of the database', async
   );
   expect(expected.length).toBeGreaterThan(0);
   expect(rows.map((r) => r[idIndex])).toEqual(expected.map((r) => String(r.id)));
+});
+
+test('the page is usable on a 360 px wide screen: nothing is wider than the screen and Export can be reached', async ({ page }) => {
+  await page.setViewportSize({ width: 360, height: 740 });
+  await signIn(page);
+  await page.getByLabel('Range').selectOption('custom');
+  const widest = await page.evaluate(() => document.documentElement.scrollWidth);
+  expect(widest).toBeLessThanOrEqual(360);
+  await page.getByTestId('export').scrollIntoViewIfNeeded();
+  await expect(page.getByTestId('export')).toBeInViewport();
+  await shot(page, 'en-360px');
+});
+
+test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rendered byte, shows the same states, and its file has the rows of the database', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  await page.getByTestId('language').click();
+  await expect(page.locator('html')).toHaveAttribute('lang', 'ar');
+  await expect(page.locator('html')).toHaveAttribute('dir', 'rtl');
+  await expect(page.getByTestId('export')).toHaveText('تصدير');
+  const html = await (await page.request.get('/')).text();
+  expect(html).toMatch(/<html[^>]*\blang="ar"/);
+  expect(html).toMatch(/<html[^>]*\bdir="rtl"/);
+  await page.reload();
+  await expect(page.getByTestId('who')).toHaveText(BOB);
+  await expect(page.locator('html')).toHaveAttribute('dir', 'rtl');
+  await shot(page, 'ar-form');
+
+  await wholeRange(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
+  await expect(status(page)).toContainText('قيد التشغيل');
+  await shot(page, 'ar-running');
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
+  await expect(status(page)).toContainText('جاهز');
+  await shot(page, 'ar-ready');
+  const [op] = await query<{ id: string; resolved: string }>('SELECT id, resolved FROM exports WHERE created_at >= $1', [t0]);
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
+  const rows: string[][] = parse(readFileSync((await download.path())!, 'utf8'));
+  const header = rows.shift()!;
+  const idIndex = header.indexOf('order_id');
+  const resolved = JSON.parse(op.resolved);
+  const expected = await query<{ id: string }>(
+    "SELECT o.id FROM orders o JOIN tenants t ON t.id = o.tenant_id WHERE t.slug = 'acme' AND o.placed_at >= $1 AND o.placed_at < $2 ORDER BY o.id",
+    [Date.parse(resolved.from), Date.parse(resolved.to)],
+  );
+  expect(expected.length).toBeGreaterThan(1000);
+  expect(rows.map((r) => r[idIndex])).toEqual(expected.map((r) => String(r.id)));
+  await shot(page, 'ar-list');
+
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
+  try {
+    exportd(['user', 'set-role', BOB, 'viewer']);
+    await expect(status(page)).toHaveAttribute('data-state', 'failed', { timeout: 60_000 });
+    await expect(status(page)).toContainText('لم يعد مسموحًا لك');
+    await shot(page, 'ar-failed');
+  } finally {
+    exportd(['user', 'set-role', BOB, 'analyst']);
+  }
 });
