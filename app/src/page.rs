@@ -5,7 +5,7 @@
 //! server renders the same "loading" first state the browser starts from, so hydration matches.
 
 use crate::i18n::*;
-use crate::model::{ExportState, ExportView, Preset, ProblemField, SessionView};
+use crate::model::{ExportState, ExportStatus, ExportView, Preset, ProblemField, SessionView};
 use leptos::prelude::*;
 
 /// The page's translations.
@@ -100,6 +100,30 @@ fn failure_reason(i18n: I18n, code: &str, message: &str) -> String {
 /// Order statuses the orders report can be filtered by.
 pub const ORDER_STATUSES: [&str; 4] = ["paid", "pending", "refunded", "cancelled"];
 
+/// An order status's label in the page's language; the value sent stays the report's name.
+fn order_status_label(i18n: I18n, status: &str) -> String {
+    match status {
+        "paid" => t_string!(i18n, order_paid).to_string(),
+        "pending" => t_string!(i18n, order_pending).to_string(),
+        "refunded" => t_string!(i18n, order_refunded).to_string(),
+        "cancelled" => t_string!(i18n, order_cancelled).to_string(),
+        other => other.to_owned(),
+    }
+}
+
+/// An operation's status, as the recent list names it in the page's language.
+fn status_label(i18n: I18n, status: ExportStatus) -> String {
+    match status {
+        ExportStatus::Queued => t_string!(i18n, status_queued).to_string(),
+        ExportStatus::Running => t_string!(i18n, status_running).to_string(),
+        ExportStatus::RetryWait => t_string!(i18n, status_retry_wait).to_string(),
+        ExportStatus::CancelRequested => t_string!(i18n, status_cancel_requested).to_string(),
+        ExportStatus::Cancelled => t_string!(i18n, status_cancelled).to_string(),
+        ExportStatus::Ready => t_string!(i18n, status_ready).to_string(),
+        ExportStatus::Failed => t_string!(i18n, status_failed).to_string(),
+    }
+}
+
 /// The preset a range field names, if it is one.
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 pub fn preset_of(range: &str) -> Option<Preset> {
@@ -109,6 +133,47 @@ pub fn preset_of(range: &str) -> Option<Preset> {
         "this_month" => Some(Preset::ThisMonth),
         _ => None,
     }
+}
+
+/// The BCP 47 tag of the page's language.
+fn language_tag(i18n: I18n) -> &'static str {
+    if i18n.get_locale() == Locale::ar { "ar" } else { "en" }
+}
+
+/// A whole number grouped for the page's language, by the browser's
+/// `Intl.NumberFormat`; the server never renders a number (it renders the loading state).
+pub fn number(i18n: I18n, n: i64) -> String {
+    #[cfg(feature = "hydrate")]
+    {
+        let locales = js_sys::Array::of1(&language_tag(i18n).into());
+        let format = js_sys::Intl::NumberFormat::new(&locales, &js_sys::Object::new());
+        if let Some(text) = format.format().call1(&format, &(n as f64).into()).ok().and_then(|v| v.as_string()) {
+            return text;
+        }
+    }
+    let _ = language_tag(i18n);
+    n.to_string()
+}
+
+/// An RFC 3339 instant as a local date and time in the page's language, by the browser's
+/// `Intl.DateTimeFormat`.
+pub fn date_time(i18n: I18n, rfc3339: &str) -> String {
+    #[cfg(feature = "hydrate")]
+    {
+        let date = js_sys::Date::new(&rfc3339.into());
+        if !date.get_time().is_nan() {
+            let options = js_sys::Object::new();
+            let _ = js_sys::Reflect::set(&options, &"dateStyle".into(), &"medium".into());
+            let _ = js_sys::Reflect::set(&options, &"timeStyle".into(), &"short".into());
+            let locales = js_sys::Array::of1(&language_tag(i18n).into());
+            let format = js_sys::Intl::DateTimeFormat::new(&locales, &options);
+            if let Some(text) = format.format().call1(&format, &date).ok().and_then(|v| v.as_string()) {
+                return text;
+            }
+        }
+    }
+    let _ = language_tag(i18n);
+    rfc3339.replace('T', " ").chars().take(16).collect()
 }
 
 /// A byte count for people.
@@ -128,16 +193,16 @@ pub fn describe(i18n: I18n, state: &ExportState, retry_in: Option<i64>) -> Strin
         ExportState::Resuming => t_string!(i18n, state_resuming).to_string(),
         ExportState::Queued => t_string!(i18n, state_queued).to_string(),
         ExportState::Running { rows_written, rows_total } => match rows_total {
-            Some(total) => t_string!(i18n, state_running_total, written = *rows_written, total = *total).to_string(),
-            None => t_string!(i18n, state_running, written = *rows_written).to_string(),
+            Some(total) => t_string!(i18n, state_running_total, written = number(i18n, *rows_written), total = number(i18n, *total)).to_string(),
+            None => t_string!(i18n, state_running, written = number(i18n, *rows_written)).to_string(),
         },
         ExportState::RetryWait { attempt, .. } => match retry_in {
-            Some(seconds) if seconds > 0 => t_string!(i18n, state_retry_in, attempt = *attempt, seconds = seconds).to_string(),
-            _ => t_string!(i18n, state_retry_now, attempt = *attempt).to_string(),
+            Some(seconds) if seconds > 0 => t_string!(i18n, state_retry_in, attempt = number(i18n, i64::from(*attempt)), seconds = number(i18n, seconds)).to_string(),
+            _ => t_string!(i18n, state_retry_now, attempt = number(i18n, i64::from(*attempt))).to_string(),
         },
         ExportState::CancelRequested => t_string!(i18n, state_cancel_requested).to_string(),
         ExportState::Cancelled => t_string!(i18n, state_cancelled).to_string(),
-        ExportState::Ready { rows, bytes, .. } => t_string!(i18n, state_ready, rows = *rows, size = human_bytes(*bytes)).to_string(),
+        ExportState::Ready { rows, bytes, .. } => t_string!(i18n, state_ready, rows = number(i18n, *rows), size = human_bytes(*bytes)).to_string(),
         ExportState::Expired => t_string!(i18n, state_expired).to_string(),
         ExportState::Failed { code, message, retryable, .. } => {
             let reason = failure_reason(i18n, code, message);
@@ -314,7 +379,7 @@ pub fn ExportPage() -> impl IntoView {
                                                 let on = event_target_checked(&ev);
                                                 f.statuses.update(|v| { v.retain(|x| x != st); if on { v.push(st.to_owned()); } });
                                             }/>
-                                        {st}
+                                        {move || order_status_label(i18n, st)}
                                     </label>
                                 }
                             }).collect_view()}
@@ -365,7 +430,7 @@ pub fn ExportPage() -> impl IntoView {
                         <div class="progress">
                             <progress data-testid="progress" max=rows_total.unwrap_or(0).max(1) value=rows_written
                                 aria-label=move || t_string!(i18n, rows_written_label).to_string()></progress>
-                            <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| t_string!(i18n, rows_per_sec, rate = format!("{r:.0}")).to_string()).unwrap_or_default()}</span>
+                            <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| t_string!(i18n, rows_per_sec, rate = number(i18n, r.round() as i64)).to_string()).unwrap_or_default()}</span>
                         </div>
                     }.into_any()),
                     ExportState::Ready { sha256, .. } => Some(view! {
@@ -437,7 +502,8 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     let state = ExportState::from_view(&v);
     let range = format!("{} – {}", v.resolved.from.get(..10).unwrap_or(""), v.resolved.to.get(..10).unwrap_or(""));
     let rows = v.artifact.as_ref().map(|a| a.rows).unwrap_or(v.progress.rows_written);
-    let created = v.created_at.replace('T', " ").chars().take(16).collect::<String>();
+    let created_at = v.created_at.clone();
+    let status = v.status;
     let id = v.id.clone();
     let action = match &state {
         ExportState::Ready { .. } => {
@@ -454,10 +520,10 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     };
     view! {
         <tr data-testid="recent-row" data-op=v.id.clone() data-state=state.name()>
-            <td>{v.status.as_str().replace('_', " ")}</td>
+            <td>{move || status_label(i18n, status)}</td>
             <td>{range}</td>
-            <td>{rows}</td>
-            <td>{created}</td>
+            <td>{move || number(i18n, rows)}</td>
+            <td>{move || date_time(i18n, &created_at)}</td>
             <td>{action}</td>
         </tr>
     }

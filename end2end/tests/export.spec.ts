@@ -370,6 +370,11 @@ test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rende
   );
   expect(expected.length).toBeGreaterThan(1000);
   expect(rows.map((r) => r[idIndex])).toEqual(expected.map((r) => String(r.id)));
+  // Numbers are written for the page's language: the row count as the browser's own Intl
+  // writes it for Arabic (grouped; Chromium's data keeps Latin digits), never the plain digits.
+  const arabicCount = await page.evaluate((n) => new Intl.NumberFormat('ar').format(n), expected.length);
+  expect(arabicCount).not.toBe(String(expected.length));
+  await expect(status(page)).toContainText(arabicCount);
   await shot(page, 'ar-list');
 
   await page.getByTestId('export').click();
