@@ -13,9 +13,25 @@ const MIGRATION_LOCK: i64 = 0x6578_706f_7274_64; // "exportd"
 /// Opens the database (creating a SQLite file and its folder when missing) with the API's pool,
 /// and applies migrations, one process at a time.
 pub async fn connect_and_migrate(url: &str) -> Result<DatabaseConnection, DbErr> {
-    let db = connect(url).await?;
-    migrate(&db, url).await?;
-    Ok(db)
+    match sqlite_path(url) {
+        // On SQLite the lock is taken before the first connection, not only around the
+        // migrations: connections opening a fresh file at once (each switching it into WAL mode)
+        // can be told "database is locked" straight away, without their busy timeout.
+        Some(path) => {
+            let lock = sqlite_migration_lock(&path).await?;
+            let result = match connect(url).await {
+                Ok(db) => Migrator::up(&db, None).await.map(|()| db),
+                Err(e) => Err(e),
+            };
+            drop(lock);
+            result
+        }
+        None => {
+            let db = connect(url).await?;
+            migrate(&db, url).await?;
+            Ok(db)
+        }
+    }
 }
 
 /// Opens the database with the API's pool, without migrating.
@@ -51,11 +67,7 @@ pub async fn connect_pool(url: &str, max: u32) -> Result<DatabaseConnection, DbE
 /// Opens a pool of `min` to `max` connections.
 pub async fn connect_pool_with(url: &str, min: u32, max: u32) -> Result<DatabaseConnection, DbErr> {
     if let Some(path) = sqlite_path(url) {
-        if let Some(parent) = std::path::Path::new(&path).parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent).map_err(|e| DbErr::Custom(format!("cannot create {}: {e}", parent.display())))?;
-            }
-        }
+        create_parent_folder(&path)?;
     }
     let mut opt = ConnectOptions::new(url.to_owned());
     opt.max_connections(max.max(1))
@@ -93,21 +105,38 @@ pub async fn migrate(db: &DatabaseConnection, url: &str) -> Result<(), DbErr> {
         }
         _ => match sqlite_path(url) {
             Some(path) => {
-                let lock_path = format!("{path}.migrate-lock");
-                let file = tokio::task::spawn_blocking(move || {
-                    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)?;
-                    file.lock()?;
-                    Ok::<_, std::io::Error>(file)
-                })
-                .await
-                .map_err(|e| DbErr::Custom(format!("migration lock: {e}")))?
-                .map_err(|e| DbErr::Custom(format!("migration lock: {e}")))?;
+                let lock = sqlite_migration_lock(&path).await?;
                 let result = Migrator::up(db, None).await;
-                drop(file);
+                drop(lock);
                 result
             }
             None => Migrator::up(db, None).await,
         },
+    }
+}
+
+/// Waits for, then holds until dropped, the lock file beside a SQLite database that processes
+/// opening and migrating it take turns on.
+async fn sqlite_migration_lock(path: &str) -> Result<std::fs::File, DbErr> {
+    create_parent_folder(path)?;
+    let lock_path = format!("{path}.migrate-lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)?;
+        file.lock()?;
+        Ok::<_, std::io::Error>(file)
+    })
+    .await
+    .map_err(|e| DbErr::Custom(format!("migration lock: {e}")))?
+    .map_err(|e| DbErr::Custom(format!("migration lock: {e}")))
+}
+
+/// Creates the folder a SQLite database file goes in, when missing.
+fn create_parent_folder(path: &str) -> Result<(), DbErr> {
+    match std::path::Path::new(path).parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => {
+            std::fs::create_dir_all(parent).map_err(|e| DbErr::Custom(format!("cannot create {}: {e}", parent.display())))
+        }
+        _ => Ok(()),
     }
 }
 

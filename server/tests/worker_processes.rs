@@ -157,12 +157,14 @@ on_both_backends!(twenty_jobs_at_once_keep_their_leases_while_each_holds_its_sna
 });
 
 on_both_backends!(processes_starting_together_on_a_fresh_database_all_migrate_it, |backend| {
-    for round in 0..4 {
+    // Enough rounds and processes that the race on a fresh SQLite file (every process opening it
+    // at once, each switching it into WAL mode) shows up on an idle machine, not only a loaded one.
+    for round in 0..12 {
         let dir = tempfile::tempdir().unwrap();
         let (db_url, _guard) = support::fresh_database(backend, dir.path()).await;
         let store = format!("file://{}/objects", dir.path().display());
         let mut children = Vec::new();
-        for _ in 0..8 {
+        for _ in 0..12 {
             let mut cmd = tokio::process::Command::new(support::procs::EXE);
             cmd.arg("migrate").env("DATABASE_URL", &db_url).env("EXPORTD_STORE", &store).env("EXPORTD_LOG", "error");
             children.push(cmd.stderr(std::process::Stdio::piped()).output());
@@ -177,6 +179,32 @@ on_both_backends!(processes_starting_together_on_a_fresh_database_all_migrate_it
         db.close().await.ok();
     }
 });
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_opened_at_once_on_a_fresh_sqlite_file_all_open_and_migrate_it() {
+    // The processes above, in one process and released by a barrier, so the race on a fresh
+    // file is met in most rounds rather than now and then.
+    const AT_ONCE: usize = 16;
+    for round in 0..100 {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/exportd.db", dir.path().display());
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(AT_ONCE));
+        let opens = (0..AT_ONCE).map(|_| {
+            let (url, barrier) = (url.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                exportd::db::connect_and_migrate(&url).await
+            })
+        });
+        for opened in futures::future::join_all(opens).await {
+            let db = opened.unwrap().unwrap_or_else(|e| panic!("round {round}: {e}"));
+            db.close().await.ok();
+        }
+        let db = exportd::db::connect(&url).await.unwrap();
+        assert_eq!(scalar(&db, "SELECT COUNT(*) FROM signing_keys").await, 1, "round {round}: one signing key");
+        db.close().await.ok();
+    }
+}
 
 use sea_orm::ConnectionTrait;
 
