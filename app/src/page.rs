@@ -136,6 +136,7 @@ pub fn preset_of(range: &str) -> Option<Preset> {
 }
 
 /// The BCP 47 tag of the page's language.
+#[cfg(feature = "hydrate")]
 fn language_tag(i18n: I18n) -> &'static str {
     if i18n.get_locale() == Locale::ar { "ar" } else { "en" }
 }
@@ -151,7 +152,8 @@ pub fn number(i18n: I18n, n: i64) -> String {
             return text;
         }
     }
-    let _ = language_tag(i18n);
+    #[cfg(not(feature = "hydrate"))]
+    let _ = i18n;
     n.to_string()
 }
 
@@ -172,7 +174,8 @@ pub fn date_time(i18n: I18n, rfc3339: &str) -> String {
             }
         }
     }
-    let _ = language_tag(i18n);
+    #[cfg(not(feature = "hydrate"))]
+    let _ = i18n;
     rfc3339.replace('T', " ").chars().take(16).collect()
 }
 
