@@ -254,6 +254,10 @@ pub struct ExportView {
     pub attempt: i32,
     /// When a `retry_wait` export may run again.
     pub next_attempt_at: Option<String>,
+    /// While it runs: when its attempt last made progress (rows, bytes uploaded, digest read,
+    /// copy); null otherwise.
+    #[serde(default)]
+    pub last_progress_at: Option<String>,
     /// Rows written and counted.
     pub progress: Progress,
     /// The file, once ready.

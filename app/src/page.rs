@@ -92,6 +92,8 @@ fn failure_reason(i18n: I18n, code: &str, message: &str) -> String {
         "storage_unavailable" => t_string!(i18n, failure_storage_unavailable).to_string(),
         "worker_lost" => t_string!(i18n, failure_worker_lost).to_string(),
         "no_worker" => t_string!(i18n, failure_no_worker).to_string(),
+        "stalled" => t_string!(i18n, failure_stalled).to_string(),
+        "invalid_data" => t_string!(i18n, failure_invalid_data).to_string(),
         "internal" => t_string!(i18n, failure_internal).to_string(),
         _ => message.to_owned(),
     }

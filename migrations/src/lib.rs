@@ -11,6 +11,7 @@ mod m20261203_000003_fenced_worker;
 mod m20261203_000004_claim_index;
 mod m20261203_000005_announce_trigger;
 mod m20261203_000006_claim_order_index;
+mod m20261204_000007_operations;
 
 /// The ordered list of exportd's migrations.
 pub struct Migrator;
@@ -25,6 +26,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000004_claim_index::Migration),
             Box::new(m20261203_000005_announce_trigger::Migration),
             Box::new(m20261203_000006_claim_order_index::Migration),
+            Box::new(m20261204_000007_operations::Migration),
         ]
     }
 }

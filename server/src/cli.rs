@@ -83,6 +83,79 @@ pub enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Inspect and move operations, as an operator.
+    Jobs {
+        /// What to do.
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+    /// Pause the creation of new operations on every instance (503 creation-paused); status,
+    /// cancel and downloads keep working and workers finish what is in flight.
+    Drain {
+        /// Resume creating operations.
+        #[arg(long)]
+        off: bool,
+    },
+    /// The object store each deployment's files are bound to.
+    Stores {
+        /// What to do.
+        #[command(subcommand)]
+        command: StoresCommand,
+    },
+}
+
+/// A state an operator lists by: one of SPEC §4's (a usage error otherwise).
+fn state(name: &str) -> Result<String, String> {
+    match app::ExportStatus::parse(name) {
+        Some(status) => Ok(status.as_str().to_owned()),
+        None => Err(format!("one of {}", app::ExportStatus::ALL.map(|s| s.as_str()).join(", "))),
+    }
+}
+
+/// `exportd jobs …`.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// List operations, newest first.
+    List {
+        /// Only operations in this state.
+        #[arg(long, value_parser = state)]
+        state: Option<String>,
+        /// Only operations of this tenant (its slug or id).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+    },
+    /// An operation's record and its audit trail.
+    Show {
+        /// exp_….
+        id: String,
+    },
+    /// Cancel an operation (queued or retry_wait: at once; running: at its next checkpoint).
+    Cancel {
+        /// exp_….
+        id: String,
+    },
+    /// Queue a failed operation again, with its attempts reset, in its own deployment.
+    Redrive {
+        /// exp_….
+        id: String,
+    },
+}
+
+/// `exportd stores …`.
+#[derive(Debug, Subcommand)]
+pub enum StoresCommand {
+    /// Each deployment's recorded store identity beside the identity of the store configured
+    /// for it here.
+    List,
+    /// Record the store configured here as the deployment's store from now on (a deliberate
+    /// move; its files must have been copied there).
+    Rebind {
+        /// The deployment.
+        deployment: String,
+    },
 }
 
 /// `exportd user …`.

@@ -26,6 +26,10 @@ pub struct Config {
     pub record_ttl: Duration,
     /// How long a job may wait for a worker.
     pub queue_ttl: Duration,
+    /// How long a running attempt may go without progress (rows, bytes uploaded, digest read,
+    /// copy) before its worker ends it `stalled`; the janitor ends it after this plus a lease
+    /// (`EXPORTD_STALL_SECS`, default 300).
+    pub stall: Duration,
     /// Claims per job before it fails.
     pub max_attempts: i32,
     /// Unfinished exports per actor before 429.
@@ -40,6 +44,10 @@ pub struct Config {
     /// How much older than a lease an object under `exports/` that no finished job points at
     /// must be before the janitor deletes it (`EXPORTD_ORPHAN_MARGIN_SECS`, default 60).
     pub orphan_margin: Duration,
+    /// The most PostgreSQL connections one worker process opens (`EXPORTD_DB_CONNECTIONS`,
+    /// default 32): its jobs are limited to what fits (see [`crate::db::jobs_within`]), so that
+    /// two workers and an API process stay within PostgreSQL's default `max_connections`.
+    pub worker_connections: u32,
     /// Where the built page (`pkg/`) is served from.
     pub site_root: String,
 }
@@ -51,7 +59,7 @@ pub const MAX_CONCURRENCY: usize = 64;
 /// What a worker serves.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// Deployments served; empty = all.
+    /// Deployments served, in lower case (names compare case-insensitively); empty = all.
     pub deployments: Vec<String>,
     /// Jobs at once (1–64).
     pub concurrency: usize,
@@ -87,12 +95,14 @@ impl Config {
             artifact_ttl: Duration::from_secs(number("EXPORTD_ARTIFACT_TTL_SECS", 86_400)?),
             record_ttl: Duration::from_secs(number("EXPORTD_RECORD_TTL_SECS", 2_592_000)?),
             queue_ttl: Duration::from_secs(number("EXPORTD_QUEUE_TTL_SECS", 86_400)?),
+            stall: Duration::from_secs(number("EXPORTD_STALL_SECS", 300)?.max(1)),
             max_attempts: i32::try_from(number("EXPORTD_MAX_ATTEMPTS", 5)?).unwrap_or(i32::MAX),
             max_active_per_actor: number("EXPORTD_MAX_ACTIVE_PER_ACTOR", 10)?,
             retry_base: Duration::from_millis(number("EXPORTD_RETRY_BASE_MS", 1000)?.max(1)),
             janitor_every: Duration::from_millis(number("EXPORTD_JANITOR_MS", 5000)?.max(10)),
             sweep_every: Duration::from_millis(number("EXPORTD_SWEEP_MS", 60_000)?),
             orphan_margin: Duration::from_secs(number("EXPORTD_ORPHAN_MARGIN_SECS", 60)?),
+            worker_connections: u32::try_from(number("EXPORTD_DB_CONNECTIONS", 32)?).unwrap_or(u32::MAX),
             site_root: std::env::var("LEPTOS_SITE_ROOT").unwrap_or_else(|_| "target/site".to_owned()),
         })
     }
@@ -117,13 +127,13 @@ impl WorkerConfig {
     /// From the worker flags.
     pub fn from_args(args: &WorkerArgs) -> WorkerConfig {
         WorkerConfig {
-            deployments: args.deployments.iter().map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect(),
+            deployments: args.deployments.iter().map(|d| d.trim().to_ascii_lowercase()).filter(|d| !d.is_empty()).collect(),
             concurrency: usize::from(args.concurrency).clamp(1, MAX_CONCURRENCY),
         }
     }
 
     /// Whether this worker serves `deployment`.
     pub fn serves(&self, deployment: &str) -> bool {
-        self.deployments.is_empty() || self.deployments.iter().any(|d| d == deployment)
+        self.deployments.is_empty() || self.deployments.iter().any(|d| d.eq_ignore_ascii_case(deployment))
     }
 }

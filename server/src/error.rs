@@ -61,6 +61,13 @@ pub enum AppError {
     /// deployment, never by anything secret).
     #[error("not ready: {0}")]
     NotReady(String),
+    /// A bounded wait gave up (a row lock or SQLite's write lock held by another process, a
+    /// statement cut off, no connection free): nothing changed; try again in a second.
+    #[error("busy")]
+    Busy,
+    /// `exportd drain` is on: no new operations are accepted for now.
+    #[error("creation paused")]
+    CreationPaused { retry_after_secs: u64 },
     /// Anything else; the cause is logged with a support reference and never sent.
     #[error("internal: {0}")]
     Internal(String),
@@ -68,7 +75,17 @@ pub enum AppError {
 
 impl From<sea_orm::DbErr> for AppError {
     fn from(e: sea_orm::DbErr) -> Self {
+        if crate::db::is_busy(&e) {
+            tracing::warn!(error = %e, "a bounded database wait gave up; answered busy");
+            return AppError::Busy;
+        }
         AppError::Internal(format!("database: {e}"))
+    }
+}
+
+impl From<crate::storage::StoreError> for AppError {
+    fn from(e: crate::storage::StoreError) -> Self {
+        AppError::Internal(format!("object store: {e}"))
     }
 }
 
@@ -107,6 +124,8 @@ impl AppError {
             LinkExpired => ("link-expired", StatusCode::FORBIDDEN, "The link has expired"),
             RangeNotSatisfiable { .. } => ("range-not-satisfiable", StatusCode::RANGE_NOT_SATISFIABLE, "The range is outside the file"),
             NotReady(_) => ("not-ready", StatusCode::SERVICE_UNAVAILABLE, "A service this process needs does not answer"),
+            Busy => ("busy", StatusCode::SERVICE_UNAVAILABLE, "Busy; try again in a moment"),
+            CreationPaused { .. } => ("creation-paused", StatusCode::SERVICE_UNAVAILABLE, "New operations are paused for maintenance"),
             Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
         }
     }
@@ -133,9 +152,10 @@ impl AppError {
             AppError::InvalidRequest(errors) => problem.errors = Some(errors),
             AppError::IdempotencyKeyReused { operation_ref } => problem.operation_ref = Some(operation_ref),
             AppError::ExportAlreadyFinished(view) => problem.export = Some(view),
-            AppError::TooManyExports { retry_after_secs } | AppError::RateLimited { retry_after_secs } => {
+            AppError::TooManyExports { retry_after_secs } | AppError::RateLimited { retry_after_secs } | AppError::CreationPaused { retry_after_secs } => {
                 problem.retry_after = Some(retry_after_secs);
             }
+            AppError::Busy => problem.retry_after = Some(1),
             AppError::Internal(cause) => {
                 let support_ref = new_support_ref();
                 tracing::error!(support_ref = %support_ref, cause = %cause, "internal error");

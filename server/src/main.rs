@@ -2,14 +2,14 @@
 //! 1 runtime error (message on stderr), 2 usage error (clap's).
 
 use clap::Parser;
-use exportd::cli::{Cli, Command, TokenCommand, UserCommand};
+use exportd::cli::{Cli, Command, JobsCommand, StoresCommand, TokenCommand, UserCommand};
 use exportd::clock::{SharedClock, SystemClock};
 use exportd::config::{Config, WorkerConfig};
 use exportd::entities::users;
 use exportd::server::{app_router, AppState};
 use exportd::worker::{self, WorkerContext};
 use exportd::job_store::wakeup::Wakeup;
-use exportd::{auth, db, seed};
+use exportd::{auth, db, operations, seed};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -49,7 +49,7 @@ async fn async_main() -> ExitCode {
     } else {
         logs.init();
     }
-    let _faults = exportd::worker::faults::from_environment();
+    let _faults = exportd::faults::from_environment();
     let cli = Cli::parse();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -129,11 +129,49 @@ async fn run(cli: Cli) -> Result<(), String> {
             println!("{token}");
             Ok(())
         }
+        Command::Jobs { command } => {
+            let db = connect().await?;
+            let answer = match command {
+                JobsCommand::List { state, tenant, limit } => operations::list_jobs(&db, state.as_deref(), tenant.as_deref(), limit).await,
+                JobsCommand::Show { id } => operations::show_job(&db, &id).await,
+                JobsCommand::Cancel { id } => operations::cancel_job(&db, &id).await,
+                JobsCommand::Redrive { id } => operations::redrive_job(&db, &id).await,
+            }?;
+            print!("{answer}");
+            Ok(())
+        }
+        Command::Drain { off } => {
+            let db = connect().await?;
+            operations::set_drain(&db, !off, now_ms()).await.map_err(|e| format!("database: {e}"))?;
+            println!("{}", if off { "creation resumed" } else { "creation paused on every instance" });
+            Ok(())
+        }
+        Command::Stores { command } => {
+            let db = connect().await?;
+            let stores = exportd::storage::Stores::new(config.clone());
+            let answer = match command {
+                StoresCommand::List => operations::list_stores(&db, &stores).await,
+                StoresCommand::Rebind { deployment } => operations::rebind_store(&db, &stores, &deployment, now_ms()).await,
+            }?;
+            print!("{answer}");
+            Ok(())
+        }
         Command::Worker { worker, metrics_bind } => {
-            connect().await?.close().await.ok();
+            let worker = WorkerConfig::from_args(&worker);
             let stores = Arc::new(exportd::storage::Stores::new(config.clone()));
+            {
+                let db = connect().await?;
+                let deployments = if worker.deployments.is_empty() {
+                    operations::known_deployments(&db).await.map_err(|e| format!("database: {e}"))?
+                } else {
+                    worker.deployments.clone()
+                };
+                let checked = operations::check_stores(&db, &stores, &deployments).await;
+                db.close().await.ok();
+                checked?;
+            }
             let metrics = exportd::metrics::Metrics::default();
-            let ctx = WorkerContext::connect(config.clone(), WorkerConfig::from_args(&worker), stores, shutdown.clone(), Wakeup::default(), metrics.clone())
+            let ctx = WorkerContext::connect(config.clone(), worker, stores, shutdown.clone(), Wakeup::default(), metrics.clone())
                 .await
                 .map_err(|e| format!("database: {e}"))?;
             let metrics_server = match metrics_bind {
@@ -156,6 +194,9 @@ async fn run(cli: Cli) -> Result<(), String> {
             let db = connect().await?;
             let clock: SharedClock = Arc::new(SystemClock);
             let state = AppState::new(db.clone(), config.clone(), clock).await.map_err(|e| format!("database: {e}"))?;
+            // The API reads every deployment's files (downloads), whatever its worker serves.
+            let deployments = operations::known_deployments(&db).await.map_err(|e| format!("database: {e}"))?;
+            operations::check_stores(&db, &state.stores, &deployments).await?;
             let worker_task = if no_worker {
                 None
             } else {

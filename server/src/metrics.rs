@@ -30,6 +30,9 @@ pub struct Counters {
     pub claims: IntCounter,
     /// Jobs whose lease expired, ended by this process's janitor.
     pub lease_reclaims: IntCounter,
+    /// Attempts ended `stalled` (no progress while the lease was renewed) by this process's
+    /// worker or janitor.
+    pub stalled_attempts: IntCounter,
     /// Creates answered as a replay of the operation bound to the key.
     pub replays: IntCounter,
     /// Creates refused because the key is bound to a different request.
@@ -48,6 +51,7 @@ pub struct Counters {
     pub http_requests: IntCounterVec,
     exports: IntGaugeVec,
     oldest: IntGaugeVec,
+    checkpoint_stall: prometheus::IntGauge,
 }
 
 impl Deref for Metrics {
@@ -92,6 +96,7 @@ impl Metrics {
         Metrics(Arc::new(Counters {
             claims: counter(r, "exportd_claims_total", "Jobs claimed by this process's workers"),
             lease_reclaims: counter(r, "exportd_lease_reclaims_total", "Jobs whose lease expired, ended by this process's janitor"),
+            stalled_attempts: counter(r, "exportd_stalled_attempts_total", "Attempts ended stalled (no progress while the lease was renewed) by this process"),
             replays: counter(r, "exportd_idempotency_replays_total", "Creates answered as a replay of the operation bound to the key"),
             key_reuse_conflicts: counter(r, "exportd_idempotency_key_reuse_conflicts_total", "Creates refused: the key is bound to a different request"),
             fenced_writes_rejected: counter(r, "exportd_fenced_writes_rejected_total", "Worker writes refused by the generation fence"),
@@ -101,6 +106,12 @@ impl Metrics {
             http_requests: counters(r, "exportd_http_requests_total", "HTTP answers by route and status", &["route", "status"]),
             exports: gauges(r, "exportd_exports", "Exports in the database by state"),
             oldest: gauges(r, "exportd_oldest_export_age_seconds", "Age of the oldest export in each state (0 when none)"),
+            checkpoint_stall: {
+                let g = prometheus::IntGauge::new("exportd_checkpoint_stall_seconds", "Seconds since the running export that progressed least recently last made progress (0 when none runs)")
+                    .unwrap_or_else(|e| panic!("metric exportd_checkpoint_stall_seconds: {e}"));
+                r.register(Box::new(g.clone())).unwrap_or_else(|e| panic!("metric exportd_checkpoint_stall_seconds: {e}"));
+                g
+            },
             export_duration,
             registry,
         }))
@@ -110,19 +121,24 @@ impl Metrics {
     pub async fn render<C: ConnectionTrait>(&self, db: &C) -> Result<String, DbErr> {
         let backend = db.get_database_backend();
         let now = crate::db::now_ms_sql(backend);
-        let sql = format!("SELECT status, COUNT(*) AS n, {now} - MIN(created_at) AS age_ms FROM exports GROUP BY status");
+        let sql = format!("SELECT status, COUNT(*) AS n, {now} - MIN(created_at) AS age_ms, {now} - MIN(last_progress_at) AS quiet_ms FROM exports GROUP BY status");
         let rows = db.query_all_raw(Statement::from_string(backend, sql)).await?;
         for state in ExportStatus::ALL {
             self.exports.with_label_values(&[state.as_str()]).set(0);
             self.oldest.with_label_values(&[state.as_str()]).set(0);
         }
+        let mut quiet_ms = 0i64;
         for row in rows {
             let state: String = row.try_get("", "status")?;
             let n: i64 = row.try_get("", "n")?;
             let age_ms: i64 = row.try_get("", "age_ms")?;
             self.exports.with_label_values(&[state.as_str()]).set(n);
             self.oldest.with_label_values(&[state.as_str()]).set(age_ms.max(0) / 1000);
+            if matches!(ExportStatus::parse(&state), Some(ExportStatus::Running | ExportStatus::CancelRequested)) {
+                quiet_ms = quiet_ms.max(row.try_get::<Option<i64>>("", "quiet_ms")?.unwrap_or(0));
+            }
         }
+        self.checkpoint_stall.set(quiet_ms.max(0) / 1000);
         let mut text = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut text).map_err(|e| DbErr::Custom(format!("metrics encoding: {e}")))?;
         String::from_utf8(text).map_err(|e| DbErr::Custom(format!("metrics encoding: {e}")))

@@ -124,10 +124,14 @@ pub async fn serve_link(
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(header::ETAG, header_value(&etag)?);
-    // The digest of the whole file, on a part too: a resumed download checks what it assembled.
-    h.insert("content-digest", header_value(&format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(digest)))?);
+    // RFC 9530: the file's digest is the representation's (Repr-Digest), on a part too, so a
+    // resumed download checks what it assembled; it is also the content's (Content-Digest) only
+    // when the whole file is sent.
+    let digest = header_value(&format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(digest)))?;
+    h.insert("repr-digest", digest.clone());
     match part {
         Part::Whole => {
+            h.insert("content-digest", digest);
             h.insert(header::CONTENT_LENGTH, header_value(&len.to_string())?);
         }
         Part::Range(first, last) => {

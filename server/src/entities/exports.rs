@@ -43,6 +43,8 @@ pub struct Model {
     pub created_at: i64,
     pub updated_at: i64,
     pub finished_at: Option<i64>,
+    /// When the running attempt last made progress (database clock); set at claim.
+    pub last_progress_at: Option<i64>,
 }
 
 /// No relations are navigated through the ORM; queries join explicitly.

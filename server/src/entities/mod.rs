@@ -2,11 +2,13 @@
 
 pub mod api_tokens;
 pub mod customers;
+pub mod deployment_stores;
 pub mod export_events;
 pub mod login_throttle;
 pub mod exports;
 pub mod orders;
 pub mod sessions;
+pub mod settings;
 pub mod signing_keys;
 pub mod tenants;
 pub mod users;

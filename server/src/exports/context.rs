@@ -8,6 +8,7 @@ use crate::config::Config;
 use crate::job_store::wakeup::Wakeup;
 use crate::links::LinkSigner;
 use crate::metrics::Metrics;
+use crate::operations::Drain;
 use crate::storage::Stores;
 use sea_orm::DatabaseConnection;
 use std::sync::Arc;
@@ -29,6 +30,8 @@ pub struct ServiceContext {
     pub wakeup: Wakeup,
     /// This process's metrics, shared with its worker.
     pub metrics: Metrics,
+    /// This instance's view of `exportd drain`.
+    pub drain: Arc<Drain>,
 }
 
 impl ServiceContext {
@@ -43,6 +46,7 @@ impl ServiceContext {
             links: Arc::new(links),
             wakeup: Wakeup::default(),
             metrics: Metrics::default(),
+            drain: Arc::new(Drain::default()),
         })
     }
 

@@ -15,10 +15,8 @@ use crate::job_store::transitions::{self, Outcome};
 use crate::job_store::{audit, Mover};
 use crate::error::AppError;
 use app::{DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
-use sea_orm::sea_query::OnConflict;
-use sea_orm::{
-    ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
-};
+use sea_orm::sea_query::{Expr, OnConflict, Query};
+use sea_orm::{ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde_json::Value;
 
 /// The statuses that count as unfinished for `EXPORTD_MAX_ACTIVE_PER_ACTOR`.
@@ -108,6 +106,10 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
     if let Some(existing) = find_by_key(&state.db, actor, key).await? {
         return replay_or_conflict(&existing, fp.as_deref()).map(CreateOutcome::Replayed);
     }
+    // `exportd drain`: no new operation, while replays above still answer.
+    if state.drain.is_on(&state.db).await? {
+        return Err(AppError::CreationPaused { retry_after_secs: crate::operations::DRAIN_RETRY_AFTER_SECS });
+    }
 
     let mut errors = Vec::new();
     control_characters(&raw, "", &mut errors);
@@ -154,56 +156,34 @@ async fn insert_new(
             None => Err(AppError::TooManyExports { retry_after_secs: 5 }),
         };
     }
-    let now_ms = state.now_ms();
     let id = format!("exp_{}", uuid::Uuid::now_v7().simple());
     let request_json = serde_json::to_string(request).map_err(|e| AppError::Internal(e.to_string()))?;
     let resolved_json = serde_json::to_string(resolved).map_err(|e| AppError::Internal(e.to_string()))?;
-    let row = exports::Model {
-        id: id.clone(),
-        tenant_id: actor.tenant_id.clone(),
-        actor_id: actor.user_id.clone(),
-        idempotency_key: key.to_owned(),
-        fingerprint: fp.to_owned(),
-        report: request.report.clone(),
-        request: request_json,
-        resolved: resolved_json,
-        deployment: resolved.deployment.clone(),
-        status: ExportStatus::Queued.as_str().to_owned(),
-        previous_status: None,
-        generation: 0,
-        lease_owner: None,
-        lease_expires_at: None,
-        attempt: 0,
-        next_attempt_at: None,
-        rows_written: 0,
-        rows_total: None,
-        artifact_key: None,
-        artifact_sha256: None,
-        artifact_bytes: None,
-        artifact_rows: None,
-        artifact_expires_at: None,
-        artifact_expired: false,
-        error_code: None,
-        error_message: None,
-        error_retryable: None,
-        error_support_ref: None,
-        created_at: now_ms,
-        updated_at: now_ms,
-        finished_at: None,
-    };
-    let inserted = exports::Entity::insert(row.clone().into_active_model())
-        .on_conflict(
-            OnConflict::columns([exports::Column::TenantId, exports::Column::ActorId, exports::Column::IdempotencyKey])
-                .do_nothing()
-                .to_owned(),
-        )
-        .exec_without_returning(&txn)
-        .await?;
-    if inserted == 1 {
-        audit::record_created(&txn, &row, Mover::User(&actor.user_id)).await?;
+    // Created and updated by the database's clock, the one every lease and TTL is measured by,
+    // not this host's. `RETURNING` gives the row as inserted; none when the key's row exists.
+    let now = crate::job_store::db_now(backend);
+    use exports::Column as C;
+    let mut insert = Query::insert();
+    insert
+        .into_table(exports::Entity)
+        .columns([
+            C::Id, C::TenantId, C::ActorId, C::IdempotencyKey, C::Fingerprint, C::Report, C::Request, C::Resolved, C::Deployment, C::Status,
+            C::Generation, C::Attempt, C::RowsWritten, C::ArtifactExpired, C::CreatedAt, C::UpdatedAt,
+        ])
+        .values([
+            Expr::val(id.as_str()), Expr::val(actor.tenant_id.as_str()), Expr::val(actor.user_id.as_str()), Expr::val(key), Expr::val(fp),
+            Expr::val(request.report.as_str()), Expr::val(request_json), Expr::val(resolved_json), Expr::val(resolved.deployment.as_str()),
+            Expr::val(ExportStatus::Queued.as_str()), Expr::val(0), Expr::val(0), Expr::val(0i64), Expr::val(false), now.clone(), now,
+        ])
+        .map_err(|e| AppError::Internal(format!("building the insert: {e}")))?
+        .on_conflict(OnConflict::columns([C::TenantId, C::ActorId, C::IdempotencyKey]).do_nothing().to_owned())
+        .returning_all();
+    let inserted = exports::Entity::find().from_raw_sql(backend.build(&insert)).one(&txn).await?;
+    if let Some(row) = &inserted {
+        audit::record_created(&txn, row, Mover::User(&actor.user_id)).await?;
     }
     txn.commit().await?;
-    if inserted == 1 {
+    if let Some(row) = inserted {
         state.wakeup.wake();
         // The row as inserted: a worker may claim it at once, but the answer to this request
         // is the operation as it was accepted.
@@ -235,14 +215,14 @@ pub fn download_filename(m: &exports::Model) -> String {
 /// presigned GET (the store cannot re-check authority, so the link's lifetime is the bound), on a
 /// local folder a signed `/files/…` link that re-checks authority when it is used. Either lasts
 /// `EXPORTD_LINK_TTL_SECS`.
-fn mint_download(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> Result<Option<DownloadView>, AppError> {
+async fn mint_download(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> Result<Option<DownloadView>, AppError> {
     let (Some(sha), Some(key), Ok(ExportStatus::Ready)) = (&m.artifact_sha256, &m.artifact_key, status_of(m)) else { return Ok(None) };
     if m.artifact_expired || !role_covers(actor.role, &m.report, &resolved_of(m)?) {
         return Ok(None);
     }
     let ttl = state.config.link_ttl;
     let expires = (state.now_ms() + ttl.as_millis() as i64) / 1000;
-    let store = state.stores.for_deployment(&m.deployment)?;
+    let store = state.stores.for_deployment(&state.db, &m.deployment).await?;
     let url = match store.presigner() {
         Some(presigner) => presigner.get(key, ttl, &download_filename(m)),
         None => state.links.mint(&m.id, sha, &actor.user_id, expires)?,
@@ -251,14 +231,14 @@ fn mint_download(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> R
 }
 
 /// The view of an export as `actor` sees it: with a fresh link when they may download it.
-fn view_for(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> Result<ExportView, AppError> {
-    to_view(m, mint_download(state, actor, m)?)
+async fn view_for(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> Result<ExportView, AppError> {
+    to_view(m, mint_download(state, actor, m).await?)
 }
 
 /// The actor's view of one of their exports.
 pub async fn get_export(state: &ServiceContext, actor: &Actor, id: &str) -> Result<ExportView, AppError> {
     let m = find_own(&state.db, actor, id).await?;
-    view_for(state, actor, &m)
+    view_for(state, actor, &m).await
 }
 
 /// A fresh link for a download of the actor's export, in SPEC §2's order: lookup → state → authority.
@@ -273,7 +253,7 @@ pub async fn download_link(state: &ServiceContext, actor: &Actor, id: &str) -> R
     if !role_covers(actor.role, &m.report, &resolved_of(&m)?) {
         return Err(AppError::PermissionRevoked);
     }
-    let link = mint_download(state, actor, &m)?.ok_or(AppError::ExportNotReady)?;
+    let link = mint_download(state, actor, &m).await?.ok_or(AppError::ExportNotReady)?;
     audit::record_event(&state.db, &m, Mover::User(&actor.user_id), state.now_ms(), "download link minted").await?;
     Ok(link.url)
 }
@@ -319,7 +299,7 @@ pub async fn open_link(state: &ServiceContext, grant: &crate::links::LinkGrant) 
         return Err(AppError::PermissionRevoked);
     }
     let key = object_store::path::Path::from(m.artifact_key.clone().ok_or_else(|| AppError::Internal(format!("ready export {} has no artifact key", m.id)))?);
-    let store = state.stores.for_deployment(&m.deployment)?;
+    let store = state.stores.for_deployment(&state.db, &m.deployment).await?;
     let len = match m.artifact_bytes {
         Some(bytes) => bytes as u64,
         None => store.objects().head(&key).await.map_err(artifact_gone)?.size,
@@ -346,12 +326,13 @@ pub enum CancelOutcome {
 /// `cancel_requested`, in one conditional update; a finished export is 409 with its view.
 pub async fn cancel_export(state: &ServiceContext, actor: &Actor, id: &str) -> Result<CancelOutcome, AppError> {
     let m = find_own(&state.db, actor, id).await?;
-    let row = match transitions::cancel(&state.db, &m.id, &actor.tenant_id, &actor.user_id).await? {
+    let by = transitions::Canceller::User { tenant_id: &actor.tenant_id, actor_id: &actor.user_id };
+    let row = match transitions::cancel(&state.db, &m.id, by).await? {
         Outcome::Moved(row) => *row,
         // Not in a cancellable state (any more): answer with how it is now.
         Outcome::NotMoved(_) => find_own(&state.db, actor, id).await?,
     };
-    let view = view_for(state, actor, &row)?;
+    let view = view_for(state, actor, &row).await?;
     match view.status {
         ExportStatus::Cancelled => Ok(CancelOutcome::Cancelled(view)),
         ExportStatus::CancelRequested => Ok(CancelOutcome::Requested(view)),
@@ -415,6 +396,9 @@ pub async fn list_exports(state: &ServiceContext, actor: &Actor, limit: Option<&
     } else {
         None
     };
-    let items = rows.iter().map(|m| view_for(state, actor, m)).collect::<Result<Vec<_>, AppError>>()?;
+    let mut items = Vec::with_capacity(rows.len());
+    for m in &rows {
+        items.push(view_for(state, actor, m).await?);
+    }
     Ok(ExportList { items, next_cursor })
 }

@@ -49,6 +49,10 @@ pub fn to_view(m: &exports::Model, download: Option<DownloadView>) -> Result<Exp
         updated_at: rfc3339(m.updated_at),
         attempt: m.attempt,
         next_attempt_at: m.next_attempt_at.map(rfc3339),
+        last_progress_at: match status_of(m)? {
+            ExportStatus::Running | ExportStatus::CancelRequested => m.last_progress_at.map(rfc3339),
+            _ => None,
+        },
         progress: Progress { rows_written: m.rows_written, rows_total: m.rows_total },
         artifact,
         download,

@@ -6,10 +6,14 @@
 //! recently served first, and takes the oldest job of the first one it can lock; the tenant is
 //! then marked served. One tenant's thousand queued jobs wait their turn behind another's one.
 //! On PostgreSQL the job is locked with `FOR UPDATE SKIP LOCKED`, so workers on many machines
-//! never wait for each other's row; on SQLite the write transaction serialises claims.
+//! never wait for each other's row, and the tenant's mark is written only if no other claim
+//! holds the tenant's row (`SKIP LOCKED` again): the mark is a hint for fairness, never a lock
+//! that other claims queue behind, so a claimer frozen inside its transaction stalls no one.
+//! On SQLite the write transaction serialises claims.
 
 use super::{audit, begin_write, db_now, Mover};
 use crate::entities::{exports, tenants};
+use crate::faults::Faults;
 use app::ExportStatus;
 use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
 use sea_orm::{ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter};
@@ -27,6 +31,8 @@ pub struct Claimant<'a> {
     pub deployments: &'a [String],
     /// How long the lease lasts without a heartbeat.
     pub lease: Duration,
+    /// The claimer's fault points (`claim_before_commit`).
+    pub faults: &'a Faults,
 }
 
 /// `status IN ('queued', 'retry_wait') AND (status = 'queued' OR next_attempt_at <= now)`, on the
@@ -117,6 +123,7 @@ async fn claim_from(db: &DatabaseConnection, who: &Claimant<'_>, tenant: &str) -
         .col_expr(exports::Column::ErrorRetryable, Expr::val(Option::<bool>::None))
         .col_expr(exports::Column::ErrorSupportRef, Expr::val(Option::<String>::None))
         .col_expr(exports::Column::UpdatedAt, now())
+        .col_expr(exports::Column::LastProgressAt, now())
         .filter(exports::Column::Id.in_subquery(oldest))
         .filter(exports::Column::Status.is_in([ExportStatus::Queued.as_str(), ExportStatus::RetryWait.as_str()]))
         .exec_with_returning(&txn)
@@ -125,12 +132,23 @@ async fn claim_from(db: &DatabaseConnection, who: &Claimant<'_>, tenant: &str) -
         txn.rollback().await?;
         return Ok(None);
     };
+    // The tenant's mark, unless another claim holds its row right now (then that claim marks it).
+    let unheld_tenant = Query::select()
+        .column(tenants::Column::Id)
+        .from(tenants::Entity)
+        .and_where(tenants::Column::Id.eq(tenant))
+        .lock_with_behavior(LockType::NoKeyUpdate, LockBehavior::SkipLocked)
+        .to_owned();
     tenants::Entity::update_many()
         .col_expr(tenants::Column::LastClaimedAt, now())
-        .filter(tenants::Column::Id.eq(tenant))
+        .filter(tenants::Column::Id.in_subquery(unheld_tenant))
         .exec(&txn)
         .await?;
     audit::record_move(&txn, &job, Mover::Worker(who.worker_id), Some("claimed")).await?;
+    if who.faults.check("claim_before_commit", &job.id).is_err() {
+        txn.rollback().await?;
+        return Ok(None);
+    }
     txn.commit().await?;
     Ok(Some(job))
 }

@@ -4,18 +4,24 @@
 //!
 //! | state | moved in by | moved out by |
 //! |---|---|---|
-//! | `queued` | create; a worker's hand-back on SIGTERM | a worker's [`claims::claim`]; [`transitions::cancel`]; the janitor after `EXPORTD_QUEUE_TTL_SECS` (`no_worker`) |
-//! | `running` | [`claims::claim`] (generation+1, attempt+1, lease) | [`transitions::release`]; [`transitions::end_attempt`]; [`transitions::cancel`]; [`transitions::hand_back`]; the janitor when the lease expired |
-//! | `retry_wait` | [`transitions::end_attempt`] of a transient failure with attempts left (worker, or janitor for a lost worker) | [`claims::claim`] once `next_attempt_at` passed; [`transitions::cancel`] |
+//! | `queued` | create; a worker's hand-back on SIGTERM; an operator's [`transitions::redrive`] of a failed job | a worker's [`claims::claim`]; [`transitions::cancel`]; the janitor after `EXPORTD_QUEUE_TTL_SECS` (`no_worker`) |
+//! | `running` | [`claims::claim`] (generation+1, attempt+1, lease) | [`transitions::release`]; [`transitions::end_attempt`]; [`transitions::cancel`]; [`transitions::hand_back`]; the janitor when the lease expired or the attempt stalled |
+//! | `retry_wait` | [`transitions::end_attempt`] of a transient failure with attempts left (worker, or janitor for a lost or stalled worker) | [`claims::claim`] once `next_attempt_at` passed; [`transitions::cancel`]; the janitor when no claim came `EXPORTD_QUEUE_TTL_SECS` after `next_attempt_at` (`no_worker`) |
 //! | `cancel_requested` | [`transitions::cancel`] of a running job | the worker at a checkpoint ([`transitions::acknowledge_cancel`]); any end of the attempt; the janitor when the lease expired |
 //! | `ready` | [`transitions::release`] | — (terminal; the janitor may mark its artifact expired, and purge the record) |
-//! | `failed` | [`transitions::end_attempt`]; the janitor (`worker_lost`, `no_worker`) | — (terminal) |
+//! | `failed` | [`transitions::end_attempt`]; the janitor (`worker_lost`, `stalled`, `no_worker`) | an operator's [`transitions::redrive`] (back to `queued`, attempts reset) |
 //! | `cancelled` | [`transitions::cancel`]; the end of an attempt that met `cancel_requested` | — (terminal) |
 //!
 //! Every transition is one conditional UPDATE naming the states (and, for a worker, the
 //! generation) it expects, run in one transaction with its audit row; a zero-row result means
 //! someone else won and comes back to the caller as an outcome to handle. Lease and queue times
 //! come from the database's clock.
+//!
+//! No process can stop the others (SPEC §4): no transaction here awaits anything but its own
+//! statements (no store, no network, no other lock), every lock wait is bounded by the pool's
+//! `lock_timeout` (see [`crate::db`]) and comes back as a "busy" error that changed nothing, and
+//! the janitor's transitions skip a row another process holds (`SKIP LOCKED`) instead of
+//! waiting for it: they try again on the next pass.
 
 pub mod audit;
 pub mod authority;
@@ -47,6 +53,8 @@ pub enum Mover<'a> {
     Worker(&'a str),
     /// The janitor of the worker with this id.
     Janitor(&'a str),
+    /// An operator at the command line (`exportd jobs …`).
+    Operator,
 }
 
 impl Mover<'_> {
@@ -55,6 +63,7 @@ impl Mover<'_> {
         match self {
             Mover::User(id) | Mover::Worker(id) => (*id).to_owned(),
             Mover::Janitor(worker) => format!("janitor:{}", worker.trim_start_matches("worker:")),
+            Mover::Operator => "operator".to_owned(),
         }
     }
 }

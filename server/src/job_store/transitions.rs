@@ -7,8 +7,9 @@
 use super::authority::Authority;
 use super::{audit, begin_write, db_now, Mover};
 use crate::entities::{export_events, exports};
+use crate::faults::Faults;
 use app::ExportStatus;
-use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait};
+use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait, LockBehavior, LockType, Query};
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect, UpdateMany};
 use std::time::Duration;
 
@@ -54,6 +55,23 @@ impl Failure {
     pub const PERMISSION_REVOKED: Failure = Failure {
         code: "permission_revoked",
         message: "The requesting user may no longer export this.",
+        retryable: false,
+        transient: false,
+    };
+    /// The attempt made no progress for `EXPORTD_STALL_SECS` although its lease was renewed (a
+    /// hung read or store): ended by the worker itself, or by the janitor; retried.
+    pub const STALLED: Failure = Failure {
+        code: "stalled",
+        message: "The export stopped making progress.",
+        retryable: true,
+        transient: true,
+    };
+    /// The data cannot be written as the file promises (text that is not UTF-8, an empty cell
+    /// in a column that has none, an instant outside the calendar, rows that do not match their
+    /// count): the same data fails the same way every time, so it is not retried.
+    pub const INVALID_DATA: Failure = Failure {
+        code: "invalid_data",
+        message: "Some of the data cannot be written to the file.",
         retryable: false,
         transient: false,
     };
@@ -160,12 +178,39 @@ where
     Expr::val(Option::<T>::None)
 }
 
+/// What a transition does about a row that another process holds locked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Wait for it, for at most the pool's `lock_timeout` (then a "busy" error): the transitions
+    /// of the attempt that owns the job and of a user's cancel.
+    Wait,
+    /// Skip it, as if it were not in an expected state (on PostgreSQL, `FOR NO KEY UPDATE SKIP
+    /// LOCKED`; SQLite has no row locks): the janitor's, which come back on their next pass.
+    Skip,
+}
+
+/// `id = …`, and with [`Held::Skip`] on PostgreSQL, only if no other transaction holds the row
+/// (taking it with `lock`: `NoKeyUpdate` for an UPDATE, `Update` for a DELETE).
+fn the_row(backend: DbBackend, id: &str, held: Held, lock: LockType) -> sea_orm::Condition {
+    let mut c = sea_orm::Condition::all().add(exports::Column::Id.eq(id));
+    if held == Held::Skip && backend == DbBackend::Postgres {
+        let unheld = Query::select()
+            .column(exports::Column::Id)
+            .from(exports::Entity)
+            .and_where(exports::Column::Id.eq(id))
+            .lock_with_behavior(lock, LockBehavior::SkipLocked)
+            .to_owned();
+        c = c.add(exports::Column::Id.in_subquery(unheld));
+    }
+    c
+}
+
 /// An UPDATE of one job that records where it moved from and when.
-fn moving(backend: DbBackend, id: &str) -> UpdateMany<exports::Entity> {
+fn moving(backend: DbBackend, id: &str, held: Held) -> UpdateMany<exports::Entity> {
     exports::Entity::update_many()
         .col_expr(exports::Column::PreviousStatus, Expr::col(exports::Column::Status))
         .col_expr(exports::Column::UpdatedAt, db_now(backend))
-        .filter(exports::Column::Id.eq(id))
+        .filter(the_row(backend, id, held, LockType::NoKeyUpdate))
 }
 
 /// The row's status and generation now.
@@ -183,14 +228,24 @@ pub async fn current<C: ConnectionTrait>(db: &C, id: &str) -> Result<Current, Db
     })
 }
 
+/// A fault point inside a transition's transaction, before its COMMIT (tests freeze a process
+/// there); a `return` action makes the transition change nothing.
+type Fault<'a> = Option<(&'a Faults, &'static str)>;
+
 /// Runs a transition: the UPDATE and, if it moved the row, its audit row in one transaction. (A
 /// row that becomes `queued` wakes the workers through the database's own trigger.)
-async fn apply(db: &DatabaseConnection, id: &str, update: UpdateMany<exports::Entity>, by: Mover<'_>, detail: Option<&str>) -> Result<Outcome, DbErr> {
+async fn apply(db: &DatabaseConnection, id: &str, update: UpdateMany<exports::Entity>, by: Mover<'_>, detail: Option<&str>, fault: Fault<'_>) -> Result<Outcome, DbErr> {
     let txn = begin_write(db).await?;
     let moved = update.exec_with_returning(&txn).await?;
     match moved.into_iter().next() {
         Some(row) => {
             audit::record_move(&txn, &row, by, detail).await?;
+            if let Some((faults, point)) = fault {
+                if faults.check(point, id).is_err() {
+                    txn.rollback().await?;
+                    return Ok(Outcome::NotMoved(current(db, id).await?));
+                }
+            }
             txn.commit().await?;
             Ok(Outcome::Moved(Box::new(row)))
         }
@@ -201,14 +256,30 @@ async fn apply(db: &DatabaseConnection, id: &str, update: UpdateMany<exports::En
     }
 }
 
+/// What a heartbeat carries besides the renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Beat {
+    /// Data rows written so far.
+    pub rows_written: i64,
+    /// Rows to write, once counted.
+    pub rows_total: Option<i64>,
+    /// Whether the attempt made progress (rows, bytes uploaded, digest read, copy) since the last
+    /// heartbeat: then `last_progress_at` becomes now.
+    pub progressed: bool,
+}
+
 /// Renews the lease of `job` under `generation` and records its progress; tells the worker to
 /// stop when cancel was asked or the job is no longer its own.
-pub async fn heartbeat(db: &DatabaseConnection, id: &str, generation: i32, lease: Duration, rows_written: i64, rows_total: Option<i64>) -> Result<Heartbeat, DbErr> {
+pub async fn heartbeat(db: &DatabaseConnection, id: &str, generation: i32, lease: Duration, beat: Beat) -> Result<Heartbeat, DbErr> {
     let backend = db.get_database_backend();
-    let rows = exports::Entity::update_many()
+    let mut update = exports::Entity::update_many()
         .col_expr(exports::Column::LeaseExpiresAt, db_now(backend).add(lease.as_millis() as i64))
-        .col_expr(exports::Column::RowsWritten, Expr::val(rows_written))
-        .col_expr(exports::Column::RowsTotal, Expr::val(rows_total))
+        .col_expr(exports::Column::RowsWritten, Expr::val(beat.rows_written))
+        .col_expr(exports::Column::RowsTotal, Expr::val(beat.rows_total));
+    if beat.progressed {
+        update = update.col_expr(exports::Column::LastProgressAt, db_now(backend));
+    }
+    let rows = update
         .filter(exports::Column::Id.eq(id))
         .filter(exports::Column::Generation.eq(generation))
         .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
@@ -242,6 +313,7 @@ pub async fn fence(db: &DatabaseConnection, job: &exports::Model, lease: Duratio
 /// `running → ready` under `job`'s generation, with the artifact, only while the actor is
 /// authorised: the authority condition is part of the UPDATE, so a revocation that lands after
 /// the worker's last check still refuses the release.
+#[allow(clippy::too_many_arguments)]
 pub async fn release(
     db: &DatabaseConnection,
     job: &exports::Model,
@@ -249,10 +321,11 @@ pub async fn release(
     artifact_ttl: Duration,
     authority: Authority,
     by: Mover<'_>,
+    faults: &Faults,
 ) -> Result<Result<Box<exports::Model>, Refusal>, DbErr> {
     let backend = db.get_database_backend();
     let now = || db_now(backend);
-    let update = moving(backend, &job.id)
+    let update = moving(backend, &job.id, Held::Wait)
         .col_expr(exports::Column::Status, Expr::val(Ready.as_str()))
         .col_expr(exports::Column::ArtifactKey, Expr::val(artifact.key.clone()))
         .col_expr(exports::Column::ArtifactSha256, Expr::val(artifact.sha256.clone()))
@@ -273,18 +346,32 @@ pub async fn release(
         .filter(exports::Column::Generation.eq(job.generation))
         .filter(exports::Column::Status.eq(Running.as_str()))
         .filter(authority.condition());
-    Ok(match apply(db, &job.id, update, by, None).await? {
+    Ok(match apply(db, &job.id, update, by, None, Some((faults, "release_before_commit"))).await? {
         Outcome::Moved(row) => Ok(row),
         Outcome::NotMoved(current) => Err(Refusal::of(&current, job.generation)),
     })
 }
 
+/// Who ends an attempt, and so on what condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ender {
+    /// The attempt itself, under its generation.
+    Attempt,
+    /// The janitor, for a worker whose lease ran out by the database's clock.
+    LapsedLease,
+    /// The janitor, for an attempt whose lease is renewed but that has made no progress for
+    /// `quiet` by the database's clock (its worker's own stall rule did not end it).
+    Stalled {
+        /// `EXPORTD_STALL_SECS` + `EXPORTD_LEASE_SECS`.
+        quiet: Duration,
+    },
+}
+
 /// Ends an attempt of `job` that failed, in one UPDATE whatever lands meanwhile: a cancel asked
 /// during the attempt wins (`cancelled`); a transient failure with attempts left waits for its
-/// backoff (`retry_wait`, `next_attempt_at`); anything else is `failed`. With
-/// `only_if_lease_expired` (the janitor's use, for a lost worker) it moves the job only if its
-/// lease has run out by the database's clock.
-#[allow(clippy::too_many_arguments)]
+/// backoff (`retry_wait`, `next_attempt_at`); anything else is `failed`. The janitor's enders
+/// move the job only if their condition holds by the database's clock, and skip a row another
+/// process holds.
 pub async fn end_attempt(
     db: &DatabaseConnection,
     job: &exports::Model,
@@ -292,7 +379,7 @@ pub async fn end_attempt(
     support_ref: &str,
     policy: &RetryPolicy,
     by: Mover<'_>,
-    only_if_lease_expired: bool,
+    ender: Ender,
 ) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let now = || db_now(backend);
@@ -308,7 +395,8 @@ pub async fn end_attempt(
     } else {
         (CaseStatement::new().case(cancel(), Expr::val(Cancelled.as_str())).finally(Expr::val(Failed.as_str())).into(), none::<i64>(), now())
     };
-    let mut update = moving(backend, &job.id)
+    let held = if ender == Ender::Attempt { Held::Wait } else { Held::Skip };
+    let mut update = moving(backend, &job.id, held)
         .col_expr(exports::Column::Status, status)
         .col_expr(exports::Column::NextAttemptAt, next_attempt)
         .col_expr(exports::Column::FinishedAt, finished)
@@ -323,23 +411,29 @@ pub async fn end_attempt(
         .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())
         .filter(exports::Column::Generation.eq(job.generation))
         .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]));
-    if only_if_lease_expired {
-        update = update.filter(Expr::col((exports::Entity, exports::Column::LeaseExpiresAt)).lt(now()));
+    match ender {
+        Ender::Attempt => {}
+        Ender::LapsedLease => update = update.filter(Expr::col((exports::Entity, exports::Column::LeaseExpiresAt)).lt(now())),
+        Ender::Stalled { quiet } => {
+            update = update
+                .filter(Expr::col((exports::Entity, exports::Column::LastProgressAt)).lt(now().sub(quiet.as_millis() as i64)))
+                .filter(Expr::col((exports::Entity, exports::Column::LeaseExpiresAt)).gte(now()))
+        }
     }
-    apply(db, &job.id, update, by, Some(failure.code)).await
+    apply(db, &job.id, update, by, Some(failure.code), None).await
 }
 
 /// `cancel_requested → cancelled`: the worker saw the cancel at a checkpoint and stopped.
 pub async fn acknowledge_cancel(db: &DatabaseConnection, job: &exports::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
-    let update = moving(backend, &job.id)
+    let update = moving(backend, &job.id, Held::Wait)
         .col_expr(exports::Column::Status, Expr::val(Cancelled.as_str()))
         .col_expr(exports::Column::FinishedAt, db_now(backend))
         .col_expr(exports::Column::LeaseOwner, none::<String>())
         .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())
         .filter(exports::Column::Generation.eq(job.generation))
         .filter(exports::Column::Status.eq(CancelRequested.as_str()));
-    apply(db, &job.id, update, by, Some("cancel seen at a checkpoint")).await
+    apply(db, &job.id, update, by, Some("cancel seen at a checkpoint"), None).await
 }
 
 /// Hands a job back on shutdown: `running → queued` with attempt−1 (not counted) and no
@@ -347,7 +441,7 @@ pub async fn acknowledge_cancel(db: &DatabaseConnection, job: &exports::Model, b
 pub async fn hand_back(db: &DatabaseConnection, job: &exports::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let cancel = || is(CancelRequested);
-    let update = moving(backend, &job.id)
+    let update = moving(backend, &job.id, Held::Wait)
         .col_expr(exports::Column::Status, CaseStatement::new().case(cancel(), Expr::val(Cancelled.as_str())).finally(Expr::val(Queued.as_str())).into())
         .col_expr(
             exports::Column::Attempt,
@@ -360,22 +454,62 @@ pub async fn hand_back(db: &DatabaseConnection, job: &exports::Model, by: Mover<
         .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())
         .filter(exports::Column::Generation.eq(job.generation))
         .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]));
-    apply(db, &job.id, update, by, Some("handed back")).await
+    apply(db, &job.id, update, by, Some("handed back"), None).await
 }
 
-/// A user's cancel of their own export, in one UPDATE: `queued`/`retry_wait → cancelled` at
-/// once, `running → cancel_requested` (the worker stops at its next checkpoint).
-pub async fn cancel(db: &DatabaseConnection, id: &str, tenant_id: &str, actor_id: &str) -> Result<Outcome, DbErr> {
+/// Who asks for a cancel.
+#[derive(Debug, Clone, Copy)]
+pub enum Canceller<'a> {
+    /// A user, of their own export only.
+    User {
+        /// The user's tenant.
+        tenant_id: &'a str,
+        /// The user.
+        actor_id: &'a str,
+    },
+    /// An operator at the command line, of any export.
+    Operator,
+}
+
+/// A cancel, in one UPDATE: `queued`/`retry_wait → cancelled` at once, `running →
+/// cancel_requested` (the worker stops at its next checkpoint).
+pub async fn cancel(db: &DatabaseConnection, id: &str, by: Canceller<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let waiting = || Expr::col((exports::Entity, exports::Column::Status)).is_in([Queued.as_str(), RetryWait.as_str()]);
-    let update = moving(backend, id)
+    let mut update = moving(backend, id, Held::Wait)
         .col_expr(exports::Column::Status, CaseStatement::new().case(waiting(), Expr::val(Cancelled.as_str())).finally(Expr::val(CancelRequested.as_str())).into())
         .col_expr(exports::Column::FinishedAt, CaseStatement::new().case(waiting(), db_now(backend)).finally(none::<i64>()).into())
         .col_expr(exports::Column::NextAttemptAt, none::<i64>())
-        .filter(exports::Column::TenantId.eq(tenant_id))
-        .filter(exports::Column::ActorId.eq(actor_id))
         .filter(exports::Column::Status.is_in([Queued.as_str(), RetryWait.as_str(), Running.as_str()]));
-    apply(db, id, update, Mover::User(actor_id), Some("cancel")).await
+    let mover = match by {
+        Canceller::User { tenant_id, actor_id } => {
+            update = update.filter(exports::Column::TenantId.eq(tenant_id)).filter(exports::Column::ActorId.eq(actor_id));
+            Mover::User(actor_id)
+        }
+        Canceller::Operator => Mover::Operator,
+    };
+    apply(db, id, update, mover, Some("cancel"), None).await
+}
+
+/// An operator's redrive of a failed export: `failed → queued` with its attempts reset, its
+/// error and progress cleared, in its own deployment under the same key and id; the queue's
+/// wait starts again now.
+pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr> {
+    let backend = db.get_database_backend();
+    let update = moving(backend, id, Held::Wait)
+        .col_expr(exports::Column::Status, Expr::val(Queued.as_str()))
+        .col_expr(exports::Column::Attempt, Expr::val(0))
+        .col_expr(exports::Column::NextAttemptAt, none::<i64>())
+        .col_expr(exports::Column::FinishedAt, none::<i64>())
+        .col_expr(exports::Column::RowsWritten, Expr::val(0i64))
+        .col_expr(exports::Column::RowsTotal, none::<i64>())
+        .col_expr(exports::Column::LastProgressAt, none::<i64>())
+        .col_expr(exports::Column::ErrorCode, none::<String>())
+        .col_expr(exports::Column::ErrorMessage, none::<String>())
+        .col_expr(exports::Column::ErrorRetryable, none::<bool>())
+        .col_expr(exports::Column::ErrorSupportRef, none::<String>())
+        .filter(exports::Column::Status.eq(Failed.as_str()));
+    apply(db, id, update, Mover::Operator, Some("redriven"), None).await
 }
 
 // The janitor's lookups take `now` (read once from the database's clock) as a value: a bound
@@ -391,32 +525,53 @@ pub async fn lapsed_leases(db: &DatabaseConnection, now: i64, limit: u64) -> Res
         .await
 }
 
-/// Queued jobs that have waited longer than `ttl` (a queued row is not written while it waits,
-/// so `updated_at` is when it started waiting).
-pub async fn overdue_queued(db: &DatabaseConnection, now: i64, ttl: Duration, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
+/// Running jobs (and cancels) whose lease is renewed but whose last progress is older than
+/// `quiet` by `now`: their attempt hangs.
+pub async fn stalled_attempts(db: &DatabaseConnection, now: i64, quiet: Duration, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
     exports::Entity::find()
-        .filter(exports::Column::Status.eq(Queued.as_str()))
-        .filter(exports::Column::UpdatedAt.lt(now - ttl.as_millis() as i64))
+        .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
+        .filter(exports::Column::LastProgressAt.lt(now - quiet.as_millis() as i64))
+        .filter(exports::Column::LeaseExpiresAt.gte(now))
         .limit(limit)
         .all(db)
         .await
 }
 
-/// `queued → failed` (`no_worker`) for a job that waited longer than `ttl`.
+/// `status = 'queued' AND updated_at < t OR status = 'retry_wait' AND next_attempt_at < t`:
+/// claimable since before `t` (a queued row is not written while it waits, so `updated_at` is
+/// when it started waiting; a job in `retry_wait` is claimable from `next_attempt_at`).
+fn claimable_since_before(t: Expr) -> sea_orm::Condition {
+    let col = |c: exports::Column| Expr::col((exports::Entity, c));
+    sea_orm::Condition::any()
+        .add(col(exports::Column::Status).eq(Queued.as_str()).and(col(exports::Column::UpdatedAt).lt(t.clone())))
+        .add(col(exports::Column::Status).eq(RetryWait.as_str()).and(col(exports::Column::NextAttemptAt).lt(t)))
+}
+
+/// Jobs claimable for longer than `ttl` by `now`, and not claimed: no worker serves them.
+pub async fn overdue_unclaimed(db: &DatabaseConnection, now: i64, ttl: Duration, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
+    exports::Entity::find()
+        .filter(exports::Column::Status.is_in([Queued.as_str(), RetryWait.as_str()]))
+        .filter(claimable_since_before(Expr::val(now - ttl.as_millis() as i64)))
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// `queued`/`retry_wait → failed` (`no_worker`) for a job claimable for longer than `ttl`.
 pub async fn fail_unclaimed(db: &DatabaseConnection, job: &exports::Model, ttl: Duration, support_ref: &str, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let failure = Failure::NO_WORKER;
-    let update = moving(backend, &job.id)
+    let update = moving(backend, &job.id, Held::Skip)
         .col_expr(exports::Column::Status, Expr::val(Failed.as_str()))
         .col_expr(exports::Column::ErrorCode, Expr::val(failure.code))
         .col_expr(exports::Column::ErrorMessage, Expr::val(failure.message))
         .col_expr(exports::Column::ErrorRetryable, Expr::val(failure.retryable))
         .col_expr(exports::Column::ErrorSupportRef, Expr::val(support_ref))
         .col_expr(exports::Column::FinishedAt, db_now(backend))
+        .col_expr(exports::Column::NextAttemptAt, none::<i64>())
         .filter(exports::Column::Generation.eq(job.generation))
-        .filter(exports::Column::Status.eq(Queued.as_str()))
-        .filter(Expr::col((exports::Entity, exports::Column::UpdatedAt)).lt(db_now(backend).sub(ttl.as_millis() as i64)));
-    apply(db, &job.id, update, by, Some(failure.code)).await
+        .filter(claimable_since_before(db_now(backend).sub(ttl.as_millis() as i64)));
+    apply(db, &job.id, update, by, Some(failure.code), None).await
 }
 
 /// Ready jobs whose artifact is past its retention by `now` and not yet marked expired.
@@ -438,12 +593,12 @@ pub async fn due_artifacts(db: &DatabaseConnection, now: i64, deployments: &[Str
 /// Marks a ready job's artifact expired, once its object is deleted; the record stays.
 pub async fn mark_artifact_expired(db: &DatabaseConnection, job: &exports::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
-    let update = moving(backend, &job.id)
+    let update = moving(backend, &job.id, Held::Skip)
         .col_expr(exports::Column::ArtifactExpired, Expr::val(true))
         .filter(exports::Column::Status.eq(Ready.as_str()))
         .filter(exports::Column::ArtifactExpired.eq(false))
         .filter(Expr::col((exports::Entity, exports::Column::ArtifactExpiresAt)).lte(db_now(backend)));
-    apply(db, &job.id, update, by, Some("artifact expired")).await
+    apply(db, &job.id, update, by, Some("artifact expired"), None).await
 }
 
 fn finished_before(backend: DbBackend, ttl: Duration) -> Expr {
@@ -480,7 +635,7 @@ pub async fn purge(db: &DatabaseConnection, job: &exports::Model, ttl: Duration)
     let backend = db.get_database_backend();
     let txn = begin_write(db).await?;
     let deleted = exports::Entity::delete_many()
-        .filter(exports::Column::Id.eq(&job.id))
+        .filter(the_row(backend, &job.id, Held::Skip, LockType::Update))
         .filter(exports::Column::Status.is_in(TERMINAL))
         .filter(finished_before(backend, ttl))
         .exec(&txn)

@@ -19,12 +19,10 @@ pub fn money(cents: i64) -> String {
     format!("{sign}{}.{:02}", abs / 100, abs % 100)
 }
 
-/// An instant in epoch milliseconds as RFC 3339 UTC, to the second.
-pub fn instant(ms: i64) -> String {
-    match jiff::Timestamp::from_millisecond(ms) {
-        Ok(ts) => ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        Err(_) => String::new(),
-    }
+/// An instant in epoch milliseconds as RFC 3339 UTC, to the second; `None` outside the
+/// calendar's range.
+pub fn instant(ms: i64) -> Option<String> {
+    jiff::Timestamp::from_millisecond(ms).ok().map(|ts| ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
 /// Writes a CSV file's bytes a row at a time into a buffer the caller drains in chunks; one
@@ -78,10 +76,13 @@ impl CsvEncoder {
         Ok(self.writer.write_field(&self.scratch)?)
     }
 
-    /// An instant in epoch milliseconds, as RFC 3339 UTC to the second.
+    /// An instant in epoch milliseconds, as RFC 3339 UTC to the second. An instant outside the
+    /// calendar's range is an error of kind `InvalidData`: an empty cell would be a silent loss.
     pub fn instant(&mut self, ms: i64) -> std::io::Result<()> {
         self.scratch.clear();
-        if let Ok(ts) = jiff::Timestamp::from_millisecond(ms) {
+        let ts = jiff::Timestamp::from_millisecond(ms)
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{ms} ms is outside the range of an instant")))?;
+        {
             let t = jiff::tz::Offset::UTC.to_datetime(ts);
             // Written digit by digit: this runs for every row, and a format string is parsed
             // on every call. Years outside 0–9999 (never seen in practice) take the slow path.
@@ -165,10 +166,18 @@ mod tests {
             let mut e = CsvEncoder::new(false, &["a", "b", "c"]).unwrap();
             e.take().unwrap();
             e.money(n).unwrap();
-            e.instant(n).unwrap();
-            e.integer(n).unwrap();
-            e.end_row().unwrap();
-            assert_eq!(String::from_utf8(e.take().unwrap()).unwrap(), format!("{},{},{n}\r\n", money(n), instant(n)), "{n}");
+            match instant(n) {
+                Some(reference) => {
+                    e.instant(n).unwrap();
+                    e.integer(n).unwrap();
+                    e.end_row().unwrap();
+                    assert_eq!(String::from_utf8(e.take().unwrap()).unwrap(), format!("{},{reference},{n}\r\n", money(n)), "{n}");
+                }
+                None => {
+                    let refused = e.instant(n).expect_err("an instant outside the calendar is refused, never an empty cell");
+                    assert_eq!(refused.kind(), std::io::ErrorKind::InvalidData, "{n}");
+                }
+            }
         }
     }
 

@@ -2,20 +2,23 @@
 //! each of its moves is a conditional transition of the job store and each delete is idempotent.
 //!
 //! Every `EXPORTD_JANITOR_MS` it ends jobs whose lease expired (a lost worker: `retry_wait`, or
-//! `failed` with `worker_lost` once attempts are spent; a lost cancel: `cancelled`), fails jobs
-//! queued longer than `EXPORTD_QUEUE_TTL_SECS` (`no_worker`), deletes artifacts past
+//! `failed` with `worker_lost` once attempts are spent; a lost cancel: `cancelled`), ends
+//! attempts whose lease is renewed but that made no progress for `EXPORTD_STALL_SECS` plus a
+//! lease (`stalled`: their worker's own stall rule did not end them), fails jobs claimable for
+//! longer than `EXPORTD_QUEUE_TTL_SECS` without a claim (`no_worker`), deletes artifacts past
 //! `EXPORTD_ARTIFACT_TTL_SECS` (the record stays, marked expired) and purges records past
-//! `EXPORTD_RECORD_TTL_SECS` (so their keys may be used again), all on the database's clock.
-//! Every `EXPORTD_SWEEP_MS` it also sweeps the stores of the deployments it serves: staging
-//! objects of attempts that can no longer release, objects under `exports/` that are not their
-//! finished job's artifact and older than the lease plus `EXPORTD_ORPHAN_MARGIN_SECS`, and the
-//! partial files of uploads a crash interrupted.
+//! `EXPORTD_RECORD_TTL_SECS` (so their keys may be used again), all on the database's clock and
+//! skipping rows another process holds. Every `EXPORTD_SWEEP_MS` it also sweeps the stores of
+//! the deployments it serves: staging objects (and the partial files of local uploads) of
+//! attempts that can no longer release, and objects under `exports/` that are not their
+//! finished job's artifact and older than the lease plus `EXPORTD_ORPHAN_MARGIN_SECS`. On SQLite
+//! it also checkpoints the write-ahead log, which is then cut back to its limit.
 
 use super::WorkerContext;
 use crate::db::db_now_ms;
 use crate::entities::{exports, tenants};
 use crate::error::new_support_ref;
-use crate::job_store::transitions::{self, Failure, Outcome};
+use crate::job_store::transitions::{self, Ender, Failure, Outcome};
 use crate::job_store::Mover;
 use crate::storage::{parse_artifact_key, parse_staging_key, ExportStore};
 use app::ExportStatus;
@@ -23,7 +26,7 @@ use futures::StreamExt;
 use object_store::path::Path;
 use sea_orm::{DbErr, EntityTrait, QuerySelect};
 use std::collections::HashMap;
-use std::time::SystemTime;
+use std::time::Duration;
 
 /// Rows one rule handles per pass.
 const BATCH: u64 = 200;
@@ -33,6 +36,8 @@ const BATCH: u64 = 200;
 pub struct Pass {
     /// Jobs ended because their lease expired.
     pub leases_expired: usize,
+    /// Attempts ended because they made no progress while their lease was renewed.
+    pub stalled_ended: usize,
     /// Queued jobs failed with `no_worker`.
     pub unclaimed_failed: usize,
     /// Artifacts deleted past retention.
@@ -44,6 +49,10 @@ pub struct Pass {
     /// Objects under `exports/` deleted that were not their job's artifact.
     pub orphans_deleted: usize,
 }
+
+/// The longest one pass may take; a pass stuck on a store that stopped answering is abandoned,
+/// and the next one starts afresh.
+const PASS_LIMIT: Duration = Duration::from_secs(300);
 
 /// Runs the janitor until shutdown.
 pub async fn run(ctx: WorkerContext) {
@@ -60,10 +69,11 @@ pub async fn run(ctx: WorkerContext) {
         if sweep {
             last_sweep = Some(tokio::time::Instant::now());
         }
-        match pass(&ctx, sweep).await {
-            Ok(done) if done != Pass::default() => tracing::info!(?done, "janitor pass"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "janitor pass failed; next time"),
+        match tokio::time::timeout(PASS_LIMIT, pass(&ctx, sweep)).await {
+            Ok(Ok(done)) if done != Pass::default() => tracing::info!(?done, "janitor pass"),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "janitor pass failed; next time"),
+            Err(_) => tracing::warn!("a janitor pass did not finish within {PASS_LIMIT:?}; abandoned"),
         }
     }
 }
@@ -75,18 +85,26 @@ pub async fn pass(ctx: &WorkerContext, sweep: bool) -> Result<Pass, DbErr> {
     let now = db_now_ms(&ctx.db).await?;
     done.leases_expired = expire_leases(ctx, now, by).await?;
     ctx.metrics.lease_reclaims.inc_by(done.leases_expired as u64);
+    done.stalled_ended = end_stalled(ctx, now, by).await?;
+    ctx.metrics.stalled_attempts.inc_by(done.stalled_ended as u64);
     done.unclaimed_failed = fail_unclaimed(ctx, now, by).await?;
     done.artifacts_expired = expire_artifacts(ctx, now, by).await?;
     done.records_purged = purge_records(ctx, now).await?;
     if sweep {
         for deployment in served_deployments(ctx).await? {
-            let Ok(store) = ctx.stores.for_deployment(&deployment) else { continue };
+            let store = match ctx.stores.for_deployment(&ctx.db, &deployment).await {
+                Ok(store) => store,
+                Err(e) => {
+                    tracing::warn!(deployment = %deployment, error = %e, "not sweeping a store that is not the deployment's");
+                    continue;
+                }
+            };
             done.staging_deleted += sweep_staging(ctx, &store).await?;
+            done.staging_deleted += sweep_partial_uploads(ctx, &store).await?;
             done.orphans_deleted += sweep_exports(ctx, &store).await?;
-            let older_than = SystemTime::now() - ctx.config.lease - ctx.config.orphan_margin;
-            done.staging_deleted += store.sweep_interrupted_uploads(older_than);
         }
     }
+    crate::db::checkpoint_wal(&ctx.db).await;
     Ok(done)
 }
 
@@ -100,7 +118,7 @@ async fn expire_leases(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Result<u
     let mut n = 0;
     for job in transitions::lapsed_leases(&ctx.db, now, BATCH).await? {
         let support_ref = new_support_ref();
-        let outcome = transitions::end_attempt(&ctx.db, &job, Failure::WORKER_LOST, &support_ref, &ctx.retry_policy(), by, true).await?;
+        let outcome = transitions::end_attempt(&ctx.db, &job, Failure::WORKER_LOST, &support_ref, &ctx.retry_policy(), by, Ender::LapsedLease).await?;
         if let Outcome::Moved(row) = &outcome {
             tracing::warn!(export = %job.id, generation = job.generation, owner = ?job.lease_owner, support_ref = %support_ref, status = %row.status, "lease expired: the worker is gone");
         }
@@ -109,10 +127,27 @@ async fn expire_leases(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Result<u
     Ok(n)
 }
 
-/// Jobs queued past the queue TTL: no worker serves their deployment.
+/// Attempts whose lease is renewed but that made no progress for the stall time plus a lease:
+/// their worker's own stall rule should have ended them; it did not (it hangs itself).
+async fn end_stalled(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Result<usize, DbErr> {
+    let quiet = ctx.config.stall + ctx.config.lease;
+    let mut n = 0;
+    for job in transitions::stalled_attempts(&ctx.db, now, quiet, BATCH).await? {
+        let support_ref = new_support_ref();
+        let outcome = transitions::end_attempt(&ctx.db, &job, Failure::STALLED, &support_ref, &ctx.retry_policy(), by, Ender::Stalled { quiet }).await?;
+        if let Outcome::Moved(row) = &outcome {
+            tracing::warn!(export = %job.id, generation = job.generation, owner = ?job.lease_owner, support_ref = %support_ref, status = %row.status, "no progress although the lease was renewed: the attempt hangs");
+        }
+        n += moved(outcome);
+    }
+    Ok(n)
+}
+
+/// Jobs claimable for longer than the queue TTL without a claim: no worker serves their
+/// deployment.
 async fn fail_unclaimed(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Result<usize, DbErr> {
     let mut n = 0;
-    for job in transitions::overdue_queued(&ctx.db, now, ctx.config.queue_ttl, BATCH).await? {
+    for job in transitions::overdue_unclaimed(&ctx.db, now, ctx.config.queue_ttl, BATCH).await? {
         let support_ref = new_support_ref();
         let outcome = transitions::fail_unclaimed(&ctx.db, &job, ctx.config.queue_ttl, &support_ref, by).await?;
         if matches!(outcome, Outcome::Moved(_)) {
@@ -144,7 +179,7 @@ async fn expire_artifacts(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Resul
 /// Deletes a job's artifact object; false when the store refused (try again next pass).
 async fn delete_artifact(ctx: &WorkerContext, job: &exports::Model) -> bool {
     let Some(key) = &job.artifact_key else { return true };
-    let Ok(store) = ctx.stores.for_deployment(&job.deployment) else { return false };
+    let Ok(store) = ctx.stores.for_deployment(&ctx.db, &job.deployment).await else { return false };
     match store.delete(&Path::from(key.as_str())).await {
         Ok(()) => true,
         Err(e) => {
@@ -225,20 +260,47 @@ where
     }
 }
 
-/// Staging objects whose attempt can no longer release: the job is gone, has moved to another
-/// generation, or is no longer running under this one.
-async fn sweep_staging(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
-    sweep(ctx, store, "staging", |key| parse_staging_key(key).map(|(id, _)| id), |meta, job, _| {
-        let Some((_, generation)) = parse_staging_key(&meta.location) else { return false };
-        match job {
-            None => true,
-            Some(job) => {
-                let live = matches!(ExportStatus::parse(&job.status), Some(ExportStatus::Running | ExportStatus::CancelRequested));
-                !(live && job.generation == generation)
-            }
+/// Whether the staging object `key` belongs to an attempt that can no longer release, by `job`
+/// as read after the object was listed: the job is gone, or has moved past that generation, or
+/// is no longer running under it. (An object of a generation newer than the job as read was
+/// staged after the read, by a live attempt.)
+fn staging_is_dead(key: &Path, job: Option<&exports::Model>) -> bool {
+    let Some((_, generation)) = parse_staging_key(key) else { return false };
+    match job {
+        None => true,
+        Some(job) => {
+            let live = matches!(ExportStatus::parse(&job.status), Some(ExportStatus::Running | ExportStatus::CancelRequested));
+            job.generation > generation || (job.generation == generation && !live)
         }
-    })
-    .await
+    }
+}
+
+/// Staging objects whose attempt can no longer release.
+async fn sweep_staging(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
+    sweep(ctx, store, "staging", |key| parse_staging_key(key).map(|(id, _)| id), |meta, job, _| staging_is_dead(&meta.location, job)).await
+}
+
+/// The partial files of local uploads whose attempt can no longer release (the same rule as
+/// [`sweep_staging`]), once older than the lease plus the margin by the database's clock: a
+/// live attempt's upload is never touched, however slow it is and whatever this host's clock
+/// says.
+async fn sweep_partial_uploads(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
+    let listing = store.clone();
+    let partials = tokio::task::spawn_blocking(move || listing.partial_uploads()).await.unwrap_or_default();
+    if partials.is_empty() {
+        return Ok(0);
+    }
+    let now = db_now_ms(&ctx.db).await?;
+    let grace = (ctx.config.lease + ctx.config.orphan_margin).as_millis() as i64;
+    let jobs = jobs_by_id(ctx, partials.iter().filter_map(|p| parse_staging_key(&p.key).map(|(id, _)| id)).collect()).await?;
+    let mut deleted = 0;
+    for partial in partials {
+        let job = parse_staging_key(&partial.key).and_then(|(id, _)| jobs.get(&id));
+        if partial.modified_ms < now - grace && staging_is_dead(&partial.key, job) && store.remove_partial(&partial) {
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
 }
 
 /// Objects under `exports/` that a finished job does not point at (what a worker that lost

@@ -3,13 +3,13 @@
 //! and as `exportd worker`, in any number of processes on any number of machines.
 
 pub mod csv_cells;
-pub mod faults;
 pub mod janitor;
 pub mod jobs;
 pub mod lease;
 pub mod snapshot;
 
 use crate::config::{Config, WorkerConfig};
+use crate::faults;
 use crate::db;
 use crate::metrics::Metrics;
 use crate::job_store::claims::{self, Claimant};
@@ -60,7 +60,19 @@ impl WorkerContext {
         wakeup: Wakeup,
         metrics: Metrics,
     ) -> Result<WorkerContext, DbErr> {
-        let (db, snapshots) = db::worker_pools(&config.database_url, worker.concurrency).await?;
+        let mut worker = worker;
+        if config.database_url.starts_with("postgres") {
+            let fits = db::jobs_within(config.worker_connections);
+            if worker.concurrency > fits {
+                tracing::warn!(
+                    asked = worker.concurrency, runs = fits, connections = config.worker_connections,
+                    "fewer jobs at once than asked: each holds a database connection, and EXPORTD_DB_CONNECTIONS bounds them"
+                );
+                worker.concurrency = fits;
+            }
+        }
+        // A snapshot's lock wait is ended by the stall rule first; its own bound is the backstop.
+        let (db, snapshots) = db::worker_pools(&config.database_url, worker.concurrency, config.stall + config.lease).await?;
         Ok(WorkerContext {
             db,
             snapshots,
@@ -82,7 +94,7 @@ impl WorkerContext {
 
     /// This worker, as a claim names it.
     pub fn claimant(&self) -> Claimant<'_> {
-        Claimant { worker_id: &self.worker_id, deployments: &self.worker.deployments, lease: self.config.lease }
+        Claimant { worker_id: &self.worker_id, deployments: &self.worker.deployments, lease: self.config.lease, faults: &self.faults }
     }
 }
 
@@ -99,7 +111,7 @@ pub async fn run(ctx: WorkerContext) {
     }
     while tasks.join_next().await.is_some() {}
     ctx.db.close_by_ref().await.ok();
-    if let snapshot::Source::Postgres(pool) = &ctx.snapshots {
+    if let snapshot::Source::Postgres { pool, .. } = &ctx.snapshots {
         pool.close().await;
     }
 }

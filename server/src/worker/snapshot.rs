@@ -42,6 +42,9 @@ pub enum Produced {
 /// Why reading the snapshot failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
+    /// The attempt stopped reading (a cancel, a lost lease, a stall, a shutdown).
+    #[error("the attempt stopped reading")]
+    Stopped,
     /// The database failed.
     #[error("database: {0}")]
     Database(String),
@@ -50,7 +53,25 @@ pub enum SnapshotError {
     Data(String),
     /// Writing CSV failed.
     #[error("writing CSV: {0}")]
-    Write(#[from] std::io::Error),
+    Write(std::io::Error),
+}
+
+impl From<std::io::Error> for SnapshotError {
+    /// A cell the encoder refuses (an instant outside the calendar) is the data's fault, and will
+    /// be refused again; anything else is the writer's.
+    fn from(e: std::io::Error) -> Self {
+        match e.kind() {
+            std::io::ErrorKind::InvalidData => SnapshotError::Data(e.to_string()),
+            _ => SnapshotError::Write(e),
+        }
+    }
+}
+
+impl SnapshotError {
+    /// Whether the same snapshot would fail the same way again (the data, not the database).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, SnapshotError::Data(_))
+    }
 }
 
 impl From<sqlx::Error> for SnapshotError {
@@ -163,21 +184,167 @@ impl Plan {
 /// Where a snapshot is read from.
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// A PostgreSQL pool of snapshot connections.
-    Postgres(sqlx::PgPool),
+    /// A PostgreSQL pool of snapshot connections, and the worker's short-statement pool, from
+    /// which a read that must stop is cancelled (`pg_cancel_backend`).
+    Postgres {
+        /// The snapshot connections.
+        pool: sqlx::PgPool,
+        /// Where the cancel is sent from.
+        control: sea_orm::DatabaseConnection,
+    },
     /// A SQLite database file.
     Sqlite(std::path::PathBuf),
 }
 
+/// How long a stopped read may take to notice before its task is abandoned (its connection is
+/// then closed, never handed back to the pool).
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The server processes of a PostgreSQL read that may still be running statements, so that a
+/// stop can cancel them. Locked while a cancel is sent, so the reader cannot hand a connection
+/// back to the pool (to another export) in between.
+#[derive(Debug, Default)]
+struct Backends {
+    pids: Vec<i32>,
+}
+
+/// What stops a read the database may still be running.
+#[derive(Clone)]
+enum Interrupt {
+    Postgres { backends: std::sync::Arc<tokio::sync::Mutex<Backends>>, control: sea_orm::DatabaseConnection },
+    Sqlite(std::sync::Arc<std::sync::Mutex<Option<rusqlite::InterruptHandle>>>),
+}
+
+impl Interrupt {
+    /// Cancels whatever statement the read is running: a query still waiting for its first row
+    /// (a lock, a long sort or count), or one blocked on a half-open connection.
+    async fn interrupt(&self) {
+        match self {
+            Interrupt::Postgres { backends, control } => {
+                use sea_orm::ConnectionTrait;
+                let held = backends.lock().await;
+                for pid in &held.pids {
+                    let cancel = sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, format!("SELECT pg_cancel_backend({pid})"));
+                    if let Err(e) = control.execute_raw(cancel).await {
+                        tracing::warn!(pid, error = %e, "cancelling a snapshot read failed");
+                    }
+                }
+            }
+            Interrupt::Sqlite(slot) => {
+                if let Some(handle) = slot.lock().ok().as_ref().and_then(|h| h.as_ref()) {
+                    handle.interrupt();
+                }
+            }
+        }
+    }
+}
+
+/// A snapshot being read. Its chunks arrive on the receiver [`produce`] returned; [`Producer::
+/// finish`] waits for the end of a read that ran to its last chunk, and [`Producer::stop`] (or
+/// dropping it) ends one early, cancelling the statement the database may still be running.
+pub struct Producer {
+    handle: Option<tokio::task::JoinHandle<Result<(), SnapshotError>>>,
+    interrupt: Interrupt,
+}
+
+impl Producer {
+    /// The read's result, once it has ended by itself.
+    pub async fn finish(mut self) -> Result<(), SnapshotError> {
+        match self.handle.take() {
+            Some(handle) => handle.await.map_err(|e| SnapshotError::Database(format!("the snapshot read stopped: {e}")))?,
+            None => Err(SnapshotError::Stopped),
+        }
+    }
+
+    /// Ends the read now: cancels its statement, then waits (a bounded time) for it to stop.
+    pub async fn stop(mut self) {
+        if let Some(handle) = self.handle.take() {
+            stop_read(self.interrupt.clone(), handle).await;
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(stop_read(self.interrupt.clone(), handle));
+            }
+        }
+    }
+}
+
+/// How often a stop repeats its cancel while the read goes on.
+const STOP_AGAIN: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Cancels the read's statements until it ends: a cancel lands only on a statement that is
+/// running, and the read may be between two (or not yet have its connection) when one is sent.
+async fn stop_read(interrupt: Interrupt, mut handle: tokio::task::JoinHandle<Result<(), SnapshotError>>) {
+    let deadline = tokio::time::Instant::now() + STOP_WAIT;
+    loop {
+        interrupt.interrupt().await;
+        if tokio::time::timeout(STOP_AGAIN, &mut handle).await.is_ok() {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!("a stopped snapshot read did not end; abandoning it and closing its connection");
+            handle.abort();
+            return;
+        }
+    }
+}
+
 /// Starts reading `plan`'s snapshot; chunks arrive on the receiver. Dropping the receiver stops
-/// the producer; its result arrives when it has stopped.
-pub fn produce(source: &Source, plan: Plan) -> (mpsc::Receiver<Produced>, tokio::task::JoinHandle<Result<(), SnapshotError>>) {
+/// the producer at its next chunk; [`Producer::stop`] stops it at once.
+pub fn produce(source: &Source, plan: Plan) -> (mpsc::Receiver<Produced>, Producer) {
     let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
-    let handle = match source.clone() {
-        Source::Postgres(pool) => tokio::spawn(async move { produce_postgres(pool, plan, tx).await }),
-        Source::Sqlite(path) => tokio::task::spawn_blocking(move || produce_sqlite(&path, &plan, &tx)),
-    };
-    (rx, handle)
+    match source.clone() {
+        Source::Postgres { pool, control } => {
+            let backends = std::sync::Arc::new(tokio::sync::Mutex::new(Backends::default()));
+            let handle = tokio::spawn(produce_postgres(pool, plan, tx, backends.clone()));
+            (rx, Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control } })
+        }
+        Source::Sqlite(path) => {
+            let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+            let interrupt = Interrupt::Sqlite(slot.clone());
+            let handle = tokio::task::spawn_blocking(move || produce_sqlite(&path, &plan, &tx, &slot));
+            (rx, Producer { handle: Some(handle), interrupt })
+        }
+    }
+}
+
+/// A snapshot connection borrowed from the pool: closed when dropped, unless the read that used
+/// it ended cleanly. A read stopped part-way (a cancel, an error, an abandoned task) may leave
+/// it inside its COPY or its transaction, where the next export's snapshot would fail on it.
+struct Borrowed {
+    conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    pid: i32,
+    clean: bool,
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        if !self.clean {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// Registers a snapshot connection's server process for a stop to cancel.
+async fn register(conn: sqlx::pool::PoolConnection<sqlx::Postgres>, backends: &tokio::sync::Mutex<Backends>) -> Result<Borrowed, SnapshotError> {
+    let mut borrowed = Borrowed { conn, pid: 0, clean: false };
+    borrowed.pid = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *borrowed.conn).await?;
+    backends.lock().await.pids.push(borrowed.pid);
+    Ok(borrowed)
+}
+
+/// Hands a connection back: no stop can cancel its process any more, and it returns to the pool
+/// only when its read ended cleanly.
+async fn give_back(mut borrowed: Borrowed, clean: bool, backends: &tokio::sync::Mutex<Backends>) {
+    let mut held = backends.lock().await;
+    held.pids.retain(|pid| *pid != borrowed.pid);
+    borrowed.clean = clean;
+    drop(borrowed);
 }
 
 /// The receiver is gone: the attempt stopped reading.
@@ -186,7 +353,7 @@ struct Stopped;
 
 impl From<Stopped> for SnapshotError {
     fn from(_: Stopped) -> Self {
-        SnapshotError::Data("the attempt stopped reading".into())
+        SnapshotError::Stopped
     }
 }
 
@@ -218,15 +385,10 @@ impl Chunker {
     }
 }
 
-async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produced>) -> Result<(), SnapshotError> {
-    let mut rows = pool.acquire().await?;
-    let read = read_postgres(&pool, &mut rows, plan, tx).await;
-    if read.is_err() {
-        // Stopped part-way (a cancel, a lost lease, an error), the connection may still be inside
-        // its COPY or its transaction: it is closed, never handed back to the pool, where the
-        // next export's snapshot would fail on it.
-        rows.close_on_drop();
-    }
+async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produced>, backends: std::sync::Arc<tokio::sync::Mutex<Backends>>) -> Result<(), SnapshotError> {
+    let mut rows = register(pool.acquire().await?, &backends).await?;
+    let read = read_postgres(&pool, &mut rows.conn, plan, tx, &backends).await;
+    give_back(rows, read.is_ok(), &backends).await;
     read
 }
 
@@ -235,6 +397,7 @@ async fn read_postgres(
     rows: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
     plan: Plan,
     tx: mpsc::Sender<Produced>,
+    backends: &std::sync::Arc<tokio::sync::Mutex<Backends>>,
 ) -> Result<(), SnapshotError> {
     let mut conn = sqlx::Connection::begin(&mut **rows).await?;
     read_only_snapshot(&mut conn, None).await?;
@@ -245,7 +408,8 @@ async fn read_postgres(
     match pool.try_acquire() {
         Some(second) => {
             let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *conn).await?;
-            counting.spawn(count_in_snapshot(second, snapshot, count_sql, tx.clone()));
+            let second = register(second, backends).await?;
+            counting.spawn(count_in_snapshot(second, snapshot, count_sql, tx.clone(), backends.clone()));
         }
         None => {
             let total = count(&mut conn, count_sql).await?;
@@ -272,7 +436,7 @@ async fn read_postgres(
         }
     }
     if !decoder.finished() {
-        return Err(SnapshotError::Data("the COPY stream ended before its trailer".into()));
+        return Err(SnapshotError::Database("the COPY stream ended before its trailer".into()));
     }
     out.flush()?;
     for chunk in out.ready.drain(..) {
@@ -305,19 +469,25 @@ async fn count(conn: &mut sqlx::PgConnection, count_sql: String) -> Result<i64, 
 
 /// Counts the rows on `conn` in the snapshot `snapshot` that another transaction exported.
 async fn count_in_snapshot(
-    mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    mut conn: Borrowed,
     snapshot: String,
     count_sql: String,
     tx: mpsc::Sender<Produced>,
+    backends: std::sync::Arc<tokio::sync::Mutex<Backends>>,
 ) -> Result<(), SnapshotError> {
-    if !snapshot.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
-        return Err(SnapshotError::Data(format!("unexpected snapshot id {snapshot:?}")));
+    let counted = async {
+        if !snapshot.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            return Err(SnapshotError::Database(format!("unexpected snapshot id {snapshot:?}")));
+        }
+        let mut t = sqlx::Connection::begin(&mut *conn.conn).await?;
+        read_only_snapshot(&mut t, Some(&snapshot)).await?;
+        let total = count(&mut t, count_sql).await?;
+        t.commit().await?;
+        Ok(total)
     }
-    let mut t = sqlx::Connection::begin(&mut *conn).await?;
-    read_only_snapshot(&mut t, Some(&snapshot)).await?;
-    let total = count(&mut t, count_sql).await?;
-    t.commit().await?;
-    tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
+    .await;
+    give_back(conn, counted.is_ok(), &backends).await;
+    tx.send(Produced::Counted(counted?)).await.map_err(|_| Stopped)?;
     Ok(())
 }
 
@@ -448,10 +618,18 @@ impl CopyBinary {
     }
 }
 
-fn produce_sqlite(path: &std::path::Path, plan: &Plan, tx: &mpsc::Sender<Produced>) -> Result<(), SnapshotError> {
+fn produce_sqlite(
+    path: &std::path::Path,
+    plan: &Plan,
+    tx: &mpsc::Sender<Produced>,
+    interrupt: &std::sync::Mutex<Option<rusqlite::InterruptHandle>>,
+) -> Result<(), SnapshotError> {
     use rusqlite::types::ValueRef;
     let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
-    conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    if let Ok(mut slot) = interrupt.lock() {
+        *slot = Some(conn.get_interrupt_handle());
+    }
+    conn.busy_timeout(crate::db::SQLITE_BUSY_TIMEOUT)?;
     // One read transaction: the count and the rows see the same snapshot.
     conn.execute_batch("BEGIN")?;
     let total: i64 = conn.query_row(&plan.count_sql(DbBackend::Sqlite), [], |r| r.get(0))?;

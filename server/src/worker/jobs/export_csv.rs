@@ -1,7 +1,10 @@
 //! One attempt at an export (SPEC §5 steps 2–8): authority, snapshot, CSV streamed to this
 //! attempt's staging object while hashing, validation of the staged object, the ownership fence,
-//! publish-once under the content-addressed key, the fenced release, and the staging object
-//! deleted. Whatever stops the attempt ends it with one transition of the job store.
+//! publish-once under the content-addressed key, the file made durable, the fenced release, and
+//! the staging object deleted. Whatever stops the attempt ends it with one transition of the job
+//! store: a cancel, a lost lease or a stall (no progress for `EXPORTD_STALL_SECS`) interrupts it
+//! wherever it waits — a snapshot query still waiting for its first row is cancelled in the
+//! database — and a SIGTERM does so until the file is published.
 
 use crate::auth::load_active_actor;
 use crate::auth::AuthVia;
@@ -14,9 +17,9 @@ use crate::job_store::transitions::{self, Artifact, Failure, Outcome, Refusal};
 use crate::job_store::Mover;
 use crate::metrics::release_lost;
 use crate::storage::{artifact_key, staging_key, ExportStore, Published, StagingUpload};
-use crate::worker::faults::Injected;
+use crate::faults::Injected;
 use crate::worker::lease::{Holding, Lease};
-use crate::worker::snapshot::{self, Plan, Produced};
+use crate::worker::snapshot::{self, Plan, Produced, SnapshotError};
 use crate::worker::WorkerContext;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
@@ -32,6 +35,8 @@ enum Stop {
     CancelRequested,
     /// The job is not this attempt's any more.
     Lost,
+    /// No progress for `EXPORTD_STALL_SECS` while the lease was renewed.
+    Stalled,
     /// The process is shutting down before anything was published.
     Shutdown,
 }
@@ -43,6 +48,27 @@ impl Stop {
 
     fn internal(e: impl std::fmt::Display) -> Stop {
         Stop::Failed { failure: Failure::INTERNAL, detail: e.to_string() }
+    }
+
+    /// The data cannot be written as promised; the same data would fail again.
+    fn invalid_data(e: impl std::fmt::Display) -> Stop {
+        Stop::Failed { failure: Failure::INVALID_DATA, detail: e.to_string() }
+    }
+
+    fn snapshot(e: SnapshotError) -> Stop {
+        if e.is_permanent() {
+            Stop::invalid_data(e)
+        } else {
+            Stop::internal(e)
+        }
+    }
+
+    fn interrupted(holding: Holding) -> Stop {
+        match holding {
+            Holding::CancelRequested => Stop::CancelRequested,
+            Holding::Stalled => Stop::Stalled,
+            Holding::Lost | Holding::Held => Stop::Lost,
+        }
     }
 
     fn refused(refusal: Refusal) -> Stop {
@@ -72,9 +98,18 @@ pub async fn run(ctx: &WorkerContext, job: exports::Model) {
         return;
     };
     let staging = staging_key(&job.id, job.generation);
-    let store = ctx.stores.for_deployment(&job.deployment);
+    let store = ctx.stores.for_deployment(&ctx.db, &job.deployment).await;
     let result = match &store {
-        Ok(store) => Attempt { ctx, job: &job, store, lease: &lease, staging: &staging }.run().await,
+        Ok(store) => {
+            let attempt = Attempt { ctx, job: &job, store, lease: &lease, staging: &staging };
+            // The attempt stops itself gracefully at its checkpoints; this ends it wherever else
+            // it waits (a store that stopped answering, a hung digest or copy).
+            tokio::select! {
+                biased;
+                result = attempt.run() => result,
+                holding = lease.interrupted() => Err(Stop::interrupted(holding)),
+            }
+        }
         Err(e) => Err(Stop::storage(e)),
     };
     // The heartbeat stops here; the transition that ends the attempt clears the lease.
@@ -102,6 +137,11 @@ async fn end(ctx: &WorkerContext, job: &exports::Model, result: Result<Box<expor
             tracing::warn!(export = %job.id, generation = job.generation, "attempt lost its lease: nothing published or released");
             return;
         }
+        Err(Stop::Stalled) => {
+            ctx.metrics.stalled_attempts.inc();
+            let detail = format!("no progress for {} s while the lease was renewed", ctx.config.stall.as_secs());
+            fail(ctx, job, Failure::STALLED, &detail).await
+        }
         Err(Stop::CancelRequested) => transitions::acknowledge_cancel(&ctx.db, job, by).await,
         Err(Stop::Shutdown) => transitions::hand_back(&ctx.db, job, by).await,
         Err(Stop::Revoked) => fail(ctx, job, Failure::PERMISSION_REVOKED, "the actor is no longer authorised").await,
@@ -124,7 +164,7 @@ async fn fail(ctx: &WorkerContext, job: &exports::Model, failure: Failure, detai
     let support_ref = new_support_ref();
     tracing::warn!(export = %job.id, generation = job.generation, attempt = job.attempt, code = failure.code, support_ref = %support_ref, detail, "export attempt failed");
     let _ = ctx.faults.check("before_end_attempt", &job.id);
-    transitions::end_attempt(&ctx.db, job, failure, &support_ref, &ctx.retry_policy(), Mover::Worker(&ctx.worker_id), false).await
+    transitions::end_attempt(&ctx.db, job, failure, &support_ref, &ctx.retry_policy(), Mover::Worker(&ctx.worker_id), transitions::Ender::Attempt).await
 }
 
 struct Attempt<'a> {
@@ -147,10 +187,18 @@ impl Attempt<'_> {
     /// process is shutting down.
     fn checkpoint(&self) -> Result<(), Stop> {
         match self.lease.holding() {
-            Holding::Lost => Err(Stop::Lost),
-            Holding::CancelRequested => Err(Stop::CancelRequested),
             Holding::Held if self.ctx.shutdown.is_cancelled() => Err(Stop::Shutdown),
             Holding::Held => Ok(()),
+            other => Err(Stop::interrupted(other)),
+        }
+    }
+
+    /// Waits until the attempt must stop before publishing: the lease says so, or the process
+    /// is shutting down.
+    async fn must_stop(&self) -> Stop {
+        tokio::select! {
+            holding = self.lease.interrupted() => Stop::interrupted(holding),
+            () = self.ctx.shutdown.cancelled() => Stop::Shutdown,
         }
     }
 
@@ -170,7 +218,8 @@ impl Attempt<'_> {
         let plan = Plan::new(report, &request, &resolved, &job.tenant_id).map_err(Stop::internal)?;
 
         let started = std::time::Instant::now();
-        let mut upload = self.store.stage(self.staging);
+        let ticker = self.lease.ticker();
+        let mut upload = self.store.stage(self.staging, std::sync::Arc::new(move || ticker.tick()));
         let staged = match self.stream(plan, &mut upload).await {
             Ok(staged) => staged,
             Err(stop) => {
@@ -198,11 +247,14 @@ impl Attempt<'_> {
             // key that is this same file, so this attempt goes on to release it.
             tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, key = %key, "file already published; releasing it");
         }
+        self.lease.ticker().tick();
+        // Durable before the UPDATE that makes it the artifact (SPEC §5.13).
+        self.store.make_durable(&key).await.map_err(Stop::storage)?;
         self.fault("after_publish")?;
 
         let artifact = Artifact { key: key.to_string(), sha256: staged.sha256, bytes: staged.bytes, rows: staged.rows };
         self.fault("before_release")?;
-        let released = transitions::release(&self.ctx.db, job, &artifact, self.ctx.config.artifact_ttl, authority, Mover::Worker(&self.ctx.worker_id))
+        let released = transitions::release(&self.ctx.db, job, &artifact, self.ctx.config.artifact_ttl, authority, Mover::Worker(&self.ctx.worker_id), &self.ctx.faults)
             .await
             .map_err(Stop::internal)?
             .map_err(|refusal| {
@@ -237,13 +289,21 @@ impl Attempt<'_> {
         }
     }
 
-    /// Streams the snapshot as CSV into the upload, hashing and counting as it goes.
+    /// Streams the snapshot as CSV into the upload, hashing and counting as it goes. A stop (a
+    /// cancel, a lost lease, a stall, a shutdown) ends it wherever it waits, cancelling the
+    /// snapshot's query if the database is still running it.
     async fn stream(&self, plan: Plan, upload: &mut StagingUpload) -> Result<Staged, Stop> {
         let (mut produced, producer) = snapshot::produce(&self.ctx.snapshots, plan);
         let mut hasher = Sha256::new();
         let (mut rows, mut bytes, mut total, mut first_chunk) = (0i64, 0i64, None, true);
         let consumed: Result<(), Stop> = async {
-            while let Some(next) = produced.recv().await {
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    stop = self.must_stop() => return Err(stop),
+                    next = produced.recv() => next,
+                };
+                let Some(next) = next else { return Ok(()) };
                 match next {
                     Produced::Counted(n) => {
                         total = Some(n);
@@ -264,24 +324,25 @@ impl Attempt<'_> {
                     }
                 }
             }
-            Ok(())
         }
         .await;
-        // Stopping early drops the receiver, which stops the producer at its next chunk.
         drop(produced);
-        let read = producer.await;
-        consumed?;
-        read.map_err(Stop::internal)?.map_err(Stop::internal)?;
+        if let Err(stop) = consumed {
+            producer.stop().await;
+            return Err(stop);
+        }
+        producer.finish().await.map_err(Stop::snapshot)?;
         let total = total.ok_or_else(|| Stop::internal("the snapshot was never counted"))?;
         if rows != total {
-            return Err(Stop::internal(format!("wrote {rows} rows but the snapshot counted {total}")));
+            return Err(Stop::invalid_data(format!("wrote {rows} rows but the snapshot counted {total}")));
         }
         Ok(Staged { rows, bytes, sha256: hex::encode(hasher.finalize()) })
     }
 
     /// The staged object must be exactly what was streamed: same size, same digest.
     async fn validate(&self, staged: &Staged) -> Result<(), Stop> {
-        let (size, sha256) = self.store.digest(self.staging).await.map_err(Stop::storage)?;
+        let ticker = self.lease.ticker();
+        let (size, sha256) = self.store.digest(self.staging, std::sync::Arc::new(move || ticker.tick())).await.map_err(Stop::storage)?;
         if size as i64 != staged.bytes || sha256 != staged.sha256 {
             return Err(Stop::storage(format!(
                 "the staged object is {size} bytes with digest {sha256}, but {} bytes with digest {} were written",

@@ -2,11 +2,16 @@
 //! (`EXPORTD_STORE_<DEPLOYMENT>`), so a report never leaves its deployment.
 //!
 //! [`ExportStore`] is the seam the worker, the janitor and the downloads use: staging uploads,
-//! the digest of a staged object, publish-once into an immutable key, deletes that treat "not
-//! there" as done, listings for the janitor, and reads for downloads.
+//! the digest of a staged object, publish-once into an immutable key, durability before a file
+//! is referenced, deletes that treat "not there" as done (and, on a local folder, take the
+//! folders they empty with them), listings for the janitor, and reads for downloads.
+//!
+//! Which store a deployment's files live in is bound in the database ([`identity`]): a process
+//! whose configuration points a deployment elsewhere refuses to use it.
+
+pub mod identity;
 
 use crate::config::Config;
-use crate::error::AppError;
 use futures::stream::BoxStream;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3CopyIfNotExists};
 use object_store::local::LocalFileSystem;
@@ -16,8 +21,6 @@ use object_store::{MultipartUpload, ObjectMeta, ObjectStore, PutPayload};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-#[cfg(test)]
-use std::time::SystemTime;
 
 /// The size of each part of a staging upload to S3 (its smallest part is 5 MiB).
 pub const PART_BYTES: usize = 5 * 1024 * 1024;
@@ -28,6 +31,27 @@ pub const LOCAL_PART_BYTES: usize = 1024 * 1024;
 
 /// Parts of one upload in flight at once; with the part size this bounds an upload's memory.
 pub const PARTS_IN_FLIGHT: usize = 2;
+
+/// How long a readiness check waits for a store.
+pub const CHECK_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Called at every step forward of a long store operation (a part uploaded, a range of a digest
+/// read), so a caller can tell a slow store from one that stopped answering.
+pub type OnProgress = Arc<dyn Fn() + Send + Sync>;
+
+/// Why a deployment's store cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store's configuration is unusable (a bad URL, missing credentials).
+    #[error("{0}")]
+    Config(String),
+    /// The configured store is not the one the deployment is bound to.
+    #[error(transparent)]
+    Binding(#[from] identity::BindingError),
+    /// The store or the database did not answer.
+    #[error("{0}")]
+    Unavailable(String),
+}
 
 /// What publishing found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +118,8 @@ impl Presigner {
         let mut action = rusty_s3::actions::GetObject::new(&self.bucket, Some(&self.credentials), &object);
         action.query_mut().insert("response-content-type", "text/csv; charset=utf-8");
         action.query_mut().insert("response-content-disposition", disposition.as_str());
+        // A link is a credential for its lifetime: no cache along the way may keep the file.
+        action.query_mut().insert("response-cache-control", "private, no-store");
         action.sign(ttl).to_string()
     }
 }
@@ -112,7 +138,9 @@ impl ExportStore {
             let path = if path.is_empty() { "." } else { path };
             std::fs::create_dir_all(path).map_err(|e| format!("cannot create {path}: {e}"))?;
             let root = std::fs::canonicalize(path).map_err(|e| format!("cannot open {path}: {e}"))?;
-            let store = Arc::new(LocalFileSystem::new_with_prefix(&root).map_err(|e| format!("cannot open {path}: {e}"))?);
+            // Deletes take the folders they empty with them: otherwise every export leaves its
+            // staging folder behind, and every sweep walks them all.
+            let store = Arc::new(LocalFileSystem::new_with_prefix(&root).map_err(|e| format!("cannot open {path}: {e}"))?.with_automatic_cleanup(true));
             return Ok(ExportStore { objects: store.clone(), local_root: Some(root), local: Some(store), part_bytes: LOCAL_PART_BYTES, presigner: None });
         }
         if let Some(rest) = url.strip_prefix("s3://") {
@@ -146,33 +174,44 @@ impl ExportStore {
         self.presigner.as_deref()
     }
 
-    /// Whether the store answers: a local folder is still a folder; an S3 bucket answers a HEAD
-    /// (a missing probe object is an answer).
+    /// Whether the store answers within [`CHECK_WITHIN`]: a local folder is still a folder (read
+    /// off the async threads: a hung mount must not stall them); an S3 bucket answers a HEAD (a
+    /// missing probe object is an answer).
     pub async fn check(&self) -> Result<(), object_store::Error> {
-        if let Some(root) = &self.local_root {
-            return match std::fs::metadata(root) {
-                Ok(meta) if meta.is_dir() => Ok(()),
-                Ok(_) => Err(object_store::Error::Generic { store: "local", source: "the store's folder is not a folder".into() }),
-                Err(e) => Err(object_store::Error::Generic { store: "local", source: Box::new(e) }),
-            };
-        }
-        match self.objects.head(&Path::from("readyz-probe")).await {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        let generic = |source: Box<dyn std::error::Error + Send + Sync>| object_store::Error::Generic { store: "check", source };
+        let answered = match &self.local_root {
+            Some(root) => {
+                let root = root.clone();
+                let metadata = tokio::task::spawn_blocking(move || std::fs::metadata(root));
+                match tokio::time::timeout(CHECK_WITHIN, metadata).await {
+                    Ok(Ok(Ok(meta))) if meta.is_dir() => Ok(()),
+                    Ok(Ok(Ok(_))) => Err(generic("the store's folder is not a folder".into())),
+                    Ok(Ok(Err(e))) => Err(generic(Box::new(e))),
+                    Ok(Err(e)) => Err(generic(Box::new(e))),
+                    Err(_) => Err(generic("the store's folder did not answer in time".into())),
+                }
+            }
+            None => match tokio::time::timeout(CHECK_WITHIN, self.objects.head(&Path::from("readyz-probe"))).await {
+                Ok(Ok(_)) | Ok(Err(object_store::Error::NotFound { .. })) => Ok(()),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(generic("the store did not answer in time".into())),
+            },
+        };
+        answered
     }
 
-    /// An upload to `key` that sends parts as they fill.
-    pub fn stage(&self, key: &Path) -> StagingUpload {
-        StagingUpload { objects: self.objects.clone(), key: key.clone(), pending: Vec::new(), part_bytes: self.part_bytes, multipart: None }
+    /// An upload to `key` that sends parts as they fill, calling `on_progress` as each one lands.
+    pub fn stage(&self, key: &Path, on_progress: OnProgress) -> StagingUpload {
+        StagingUpload { objects: self.objects.clone(), key: key.clone(), pending: Vec::new(), part_bytes: self.part_bytes, multipart: None, on_progress }
     }
 
     /// Reads an object through and returns its size and hex SHA-256: a local file in place with
-    /// one reused buffer, any other store in ranges of [`PART_BYTES`].
-    pub async fn digest(&self, key: &Path) -> Result<(u64, String), object_store::Error> {
+    /// one reused buffer, any other store in ranges of [`PART_BYTES`]; `on_progress` is called
+    /// after each buffer or range.
+    pub async fn digest(&self, key: &Path, on_progress: OnProgress) -> Result<(u64, String), object_store::Error> {
         if let Some(local) = &self.local {
             let file = local.path_to_filesystem(key)?;
-            return tokio::task::spawn_blocking(move || digest_file(&file))
+            return tokio::task::spawn_blocking(move || digest_file(&file, &*on_progress))
                 .await
                 .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
                 .map_err(|e| match e.kind() {
@@ -187,6 +226,7 @@ impl ExportStore {
             let end = (at + PART_BYTES as u64).min(size);
             let range = self.objects.get_range(key, at..end).await?;
             hasher.update(&range);
+            on_progress();
             at = end;
         }
         Ok((size, hex::encode(hasher.finalize())))
@@ -199,6 +239,32 @@ impl ExportStore {
             Err(object_store::Error::AlreadyExists { .. }) => Ok(Published::AlreadyThere),
             Err(e) => Err(e),
         }
+    }
+
+    /// Makes the object at `key` durable before anything references it (SPEC §5.13): on a local
+    /// folder the file and every folder from it up to the store's root are fsynced (a hard link
+    /// or a rename is durable only once its folder is); an S3 store has made it durable by the
+    /// time it answered.
+    pub async fn make_durable(&self, key: &Path) -> Result<(), object_store::Error> {
+        let (Some(local), Some(root)) = (&self.local, &self.local_root) else { return Ok(()) };
+        let file = local.path_to_filesystem(key)?;
+        let root = root.clone();
+        let synced = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            std::fs::File::open(&file)?.sync_all()?;
+            let mut folder = file.parent();
+            while let Some(dir) = folder {
+                std::fs::File::open(dir)?.sync_all()?;
+                if dir == root {
+                    break;
+                }
+                folder = dir.parent();
+            }
+            Ok(())
+        });
+        synced
+            .await
+            .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
+            .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })
     }
 
     /// Deletes `key`; an object that is already gone counts as deleted.
@@ -214,13 +280,13 @@ impl ExportStore {
         self.objects.list(Some(&Path::from(prefix)))
     }
 
-    /// Removes the partial files of uploads that a crashed process left in a local store's
-    /// `staging/` (the store's own listing does not show them), if older than `older_than`.
-    /// S3 keeps interrupted multipart uploads out of sight too: a bucket lifecycle rule
-    /// (`AbortIncompleteMultipartUpload`) removes those.
-    pub fn sweep_interrupted_uploads(&self, older_than: std::time::SystemTime) -> usize {
-        let Some(root) = &self.local_root else { return 0 };
-        let mut removed = 0;
+    /// The partial files of uploads in progress, or that a crashed process left, under a local
+    /// store's `staging/` (the store's own listing does not show them; a partial of
+    /// `staging/{id}/{generation}` is named `…/{generation}#{n}`). S3 keeps multipart uploads out of
+    /// sight too: a bucket lifecycle rule (`AbortIncompleteMultipartUpload`) removes those.
+    pub fn partial_uploads(&self) -> Vec<PartialUpload> {
+        let Some(root) = &self.local_root else { return Vec::new() };
+        let mut found = Vec::new();
         let mut stack = vec![root.join("staging")];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else { continue };
@@ -231,19 +297,43 @@ impl ExportStore {
                     stack.push(path);
                     continue;
                 }
-                let partial = path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.rsplit_once('#'))
-                    .is_some_and(|(_, suffix)| !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()));
-                let old = meta.modified().is_ok_and(|m| m < older_than);
-                if partial && old && std::fs::remove_file(&path).is_ok() {
-                    removed += 1;
+                let Some((name, suffix)) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.rsplit_once('#')) else { continue };
+                if suffix.is_empty() || !suffix.bytes().all(|b| b.is_ascii_digit()) {
+                    continue;
                 }
+                let Ok(relative) = path.with_file_name(name).strip_prefix(root).map(|p| p.to_string_lossy().into_owned()) else { continue };
+                let modified_ms = meta.modified().ok().and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as i64);
+                found.push(PartialUpload { file: path, key: Path::from(relative), modified_ms });
+            }
+        }
+        found
+    }
+
+    /// Removes a partial upload's file, and the folders that leaves empty.
+    pub fn remove_partial(&self, partial: &PartialUpload) -> bool {
+        let removed = std::fs::remove_file(&partial.file).is_ok();
+        if let Some(root) = &self.local_root {
+            let mut folder = partial.file.parent();
+            while let Some(dir) = folder {
+                if dir == root || std::fs::remove_dir(dir).is_err() {
+                    break;
+                }
+                folder = dir.parent();
             }
         }
         removed
     }
+}
+
+/// A partial file of an upload to a local store.
+#[derive(Debug, Clone)]
+pub struct PartialUpload {
+    /// The partial file.
+    pub file: std::path::PathBuf,
+    /// The object it becomes when its upload completes.
+    pub key: Path,
+    /// Its last write, in epoch milliseconds of this host's file system.
+    pub modified_ms: i64,
 }
 
 /// An upload of one staging object: one `put` when it stays under a part, else a multipart
@@ -256,6 +346,7 @@ pub struct StagingUpload {
     pending: Vec<u8>,
     part_bytes: usize,
     multipart: Option<Multipart>,
+    on_progress: OnProgress,
 }
 
 struct Multipart {
@@ -265,10 +356,11 @@ struct Multipart {
 
 impl Multipart {
     /// Waits until at most `in_flight` parts are still uploading.
-    async fn settle(&mut self, in_flight: usize) -> Result<(), object_store::Error> {
+    async fn settle(&mut self, in_flight: usize, on_progress: &OnProgress) -> Result<(), object_store::Error> {
         while self.parts.len() > in_flight {
             match self.parts.join_next().await {
-                Some(Ok(Ok(()))) | None => {}
+                Some(Ok(Ok(()))) => on_progress(),
+                None => {}
                 Some(Ok(Err(e))) => return Err(e),
                 Some(Err(e)) => return Err(object_store::Error::Generic { store: "staging", source: Box::new(e) }),
             }
@@ -306,7 +398,7 @@ impl StagingUpload {
             self.multipart = Some(Multipart { upload, parts: tokio::task::JoinSet::new() });
         }
         if let Some(m) = self.multipart.as_mut() {
-            m.settle(PARTS_IN_FLIGHT - 1).await?;
+            m.settle(PARTS_IN_FLIGHT - 1, &self.on_progress).await?;
             let part = bytes::Bytes::from(std::mem::take(&mut self.pending));
             m.parts.spawn(m.upload.put_part(PutPayload::from(part)));
         }
@@ -316,19 +408,25 @@ impl StagingUpload {
     /// Completes the upload; on failure it is aborted.
     pub async fn finish(mut self) -> Result<(), object_store::Error> {
         let rest = bytes::Bytes::from(std::mem::take(&mut self.pending));
-        let Some(mut m) = self.multipart.take() else {
+        // Left in `self` while it completes: if the attempt is ended meanwhile, dropping the
+        // upload aborts it.
+        let Some(m) = self.multipart.as_mut() else {
             self.objects.put(&self.key, PutPayload::from(rest)).await?;
             return Ok(());
         };
         if !rest.is_empty() {
             m.parts.spawn(m.upload.put_part(PutPayload::from(rest)));
         }
-        let done = match m.settle(0).await {
+        let done = match m.settle(0, &self.on_progress).await {
             Ok(()) => m.upload.complete().await.map(|_| ()),
             Err(e) => Err(e),
         };
+        let finished = self.multipart.take();
         if let Err(e) = done {
-            if let Err(abort) = m.abort().await {
+            if let Some(Err(abort)) = match finished {
+                Some(m) => Some(m.abort().await),
+                None => None,
+            } {
                 tracing::warn!(key = %self.key, error = %abort, "aborting a failed upload failed too");
             }
             return Err(e);
@@ -345,21 +443,57 @@ impl StagingUpload {
     }
 }
 
-/// The stores of every deployment, opened on first use.
+impl Drop for StagingUpload {
+    /// An upload dropped part-way (its attempt was ended where it waited) is aborted, so no
+    /// incomplete multipart upload is left in the store.
+    fn drop(&mut self) {
+        if let (Some(m), Ok(runtime)) = (self.multipart.take(), tokio::runtime::Handle::try_current()) {
+            let key = self.key.clone();
+            runtime.spawn(async move {
+                if let Err(e) = m.abort().await {
+                    tracing::warn!(key = %key, error = %e, "aborting an abandoned upload failed");
+                }
+            });
+        }
+    }
+}
+
+/// The stores of every deployment, opened on first use and checked against the deployment's
+/// binding ([`identity`]) before their first use.
 pub struct Stores {
     config: Arc<Config>,
     opened: Mutex<HashMap<String, ExportStore>>,
+    /// Deployments whose configured store was found to be theirs.
+    bound: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Stores {
     /// Stores configured by `config`.
     pub fn new(config: Arc<Config>) -> Stores {
-        Stores { config, opened: Mutex::new(HashMap::new()) }
+        Stores { config, opened: Mutex::new(HashMap::new()), bound: Mutex::new(Default::default()) }
     }
 
-    /// The store of a deployment.
-    pub fn for_deployment(&self, deployment: &str) -> Result<ExportStore, AppError> {
-        self.cached(deployment, || self.config.store_url_for(deployment)).map_err(AppError::Internal)
+    /// The store of a deployment (named in any case), once it is known to be the store the
+    /// deployment's files are in; at the deployment's first use it is recorded as such.
+    pub async fn for_deployment<C: sea_orm::ConnectionTrait>(&self, db: &C, deployment: &str) -> Result<ExportStore, StoreError> {
+        let deployment = deployment.to_ascii_lowercase();
+        let store = self.cached(&deployment, || self.config.store_url_for(&deployment)).map_err(StoreError::Config)?;
+        if self.bound.lock().is_ok_and(|b| b.contains(&deployment)) {
+            return Ok(store);
+        }
+        let now_ms = crate::db::db_now_ms(db).await.map_err(|e| StoreError::Unavailable(format!("database: {e}")))?;
+        identity::bind(db, &deployment, &store, now_ms).await?;
+        if let Ok(mut bound) = self.bound.lock() {
+            bound.insert(deployment);
+        }
+        Ok(store)
+    }
+
+    /// The configured store of a deployment, without checking its binding (for the operator's
+    /// `exportd stores` commands).
+    pub fn configured_for(&self, deployment: &str) -> Result<ExportStore, String> {
+        let deployment = deployment.to_ascii_lowercase();
+        self.cached(&deployment, || self.config.store_url_for(&deployment))
     }
 
     /// Every store this process is configured with, by name: `default`, then each deployment's
@@ -384,11 +518,24 @@ impl Stores {
     }
 }
 
-/// The size and hex SHA-256 of a local file, read with one buffer.
-fn digest_file(file: &std::path::Path) -> std::io::Result<(u64, String)> {
-    let mut reader = std::io::BufReader::with_capacity(1024 * 1024, std::fs::File::open(file)?);
+/// The size and hex SHA-256 of a local file, read with one buffer; `on_progress` after each.
+fn digest_file(file: &std::path::Path, on_progress: &(dyn Fn() + Send + Sync)) -> std::io::Result<(u64, String)> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(file)?;
+    let mut buffer = vec![0u8; 1024 * 1024];
     let mut hasher = Sha256::new();
-    let size = std::io::copy(&mut reader, &mut hasher)?;
+    let mut size = 0u64;
+    loop {
+        let n = match file.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buffer[..n]);
+        size += n as u64;
+        on_progress();
+    }
     Ok((size, hex::encode(hasher.finalize())))
 }
 
@@ -432,21 +579,27 @@ mod tests {
         let store = ExportStore::open(&format!("file://{}", dir.path().display())).unwrap();
         let bytes: Vec<u8> = (0..(2 * LOCAL_PART_BYTES + 12_345)).map(|i| (i % 251) as u8).collect();
         let key = staging_key("exp_big", 1);
-        let mut upload = store.stage(&key);
+        let steps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = steps.clone();
+        let on_progress: OnProgress = Arc::new(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut upload = store.stage(&key, on_progress.clone());
         for chunk in bytes.chunks(256 * 1024 + 7) {
             upload.write(chunk).await.unwrap();
         }
         upload.finish().await.unwrap();
-        let (size, sha) = store.digest(&key).await.unwrap();
+        assert!(steps.load(std::sync::atomic::Ordering::Relaxed) >= 2, "each part that lands is progress");
+        let (size, sha) = store.digest(&key, on_progress.clone()).await.unwrap();
         assert_eq!(size as usize, bytes.len());
         assert_eq!(sha, hex::encode(Sha256::digest(&bytes)));
 
         let other = staging_key("exp_big", 2);
-        let mut upload = store.stage(&other);
+        let mut upload = store.stage(&other, on_progress.clone());
         upload.write(&bytes).await.unwrap();
         upload.abort().await.unwrap();
-        assert!(matches!(store.digest(&other).await, Err(object_store::Error::NotFound { .. })));
-        assert_eq!(store.sweep_interrupted_uploads(SystemTime::now() + std::time::Duration::from_secs(1)), 0, "no partial file left");
+        assert!(matches!(store.digest(&other, on_progress).await, Err(object_store::Error::NotFound { .. })));
+        assert!(store.partial_uploads().is_empty(), "no partial file left");
     }
 
     #[test]

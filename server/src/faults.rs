@@ -1,11 +1,15 @@
-//! Fault points at the worker's step boundaries, for tests that crash, pause or break an attempt
-//! at an exact place. They exist only when the `failpoints` feature is on (the test command
-//! turns it on); otherwise [`Faults::check`] is an empty inline function.
+//! Fault points at the worker's step boundaries and inside the job store's transactions, for
+//! tests that crash, pause or break an attempt at an exact place. They exist only when the
+//! `failpoints` feature is on (the test command turns it on); otherwise [`Faults::check`] is an
+//! empty inline function.
 //!
-//! The points, in the order an attempt meets them: `after_claim`, `each_chunk` (after every
-//! chunk of rows handed to the upload), `mid_stream` (after the first chunk), `after_staging` (staged and validated), `before_publish` (after the
-//! ownership fence, just before the copy into `exports/`), `after_publish`, `before_release`,
-//! `after_release`, and `before_end_attempt` (on the failure path, before the transition).
+//! The points, in the order an attempt meets them: `claim_before_commit` (inside the claim's
+//! transaction, after its UPDATEs), `after_claim`, `each_chunk` (after every chunk of rows
+//! handed to the upload), `mid_stream` (after the first chunk), `after_staging` (staged and
+//! validated), `before_publish` (after the ownership fence, just before the copy into
+//! `exports/`), `after_publish`, `before_release`, `release_before_commit` (inside the
+//! release's transaction, after its UPDATE), `after_release`, and `before_end_attempt` (on the
+//! failure path, before the transition).
 //!
 //! They are configured with the `fail` crate: `FAILPOINTS=after_publish=return(crash)` in a
 //! process's environment, or `fail::cfg` / `fail::cfg_callback` in-process. `return(crash)`
