@@ -39,6 +39,8 @@ fi
 if $want_tests; then
   [[ -x /usr/bin/chromium ]] || apt_install chromium
   command -v psql >/dev/null || apt_install postgresql-client
+  # A test reads a worker's fsync calls with strace.
+  command -v strace >/dev/null || apt_install strace
   # The S3-protocol server the storage tests run against.
   moto_version=5.2.1
   if ! python3 -c "import moto.server, sys; sys.exit(0 if moto.__version__ == '$moto_version' else 1)" 2>/dev/null; then

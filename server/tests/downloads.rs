@@ -34,12 +34,22 @@ async fn ranges_answer_as_rfc_9110_says_and_a_resumed_download_equals_the_whole_
     assert_eq!(whole.status(), 200);
     assert_eq!(whole.headers()["accept-ranges"], "bytes");
     let etag = whole.headers()["etag"].to_str().unwrap().to_owned();
+    let whole_headers = whole.headers().clone();
     let whole = whole.bytes().await.unwrap();
     let len = whole.len();
     assert!(len > 1000, "a file big enough to cut: {len} bytes");
+    // RFC 9530: the content's digest on the whole file; a part carries the whole
+    // representation's (what a resumed download checks when it has assembled it), never as
+    // Content-Digest, which would be the digest of the part's own bytes.
+    use base64::Engine;
+    let digest = format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(<sha2::Sha256 as sha2::Digest>::digest(&whole)));
+    assert_eq!(whole_headers["content-digest"], digest.as_str());
+    assert_eq!(whole_headers["repr-digest"], digest.as_str());
 
     let first = http.get(&link).header("Range", "bytes=0-99").send().await.unwrap();
     assert_eq!(first.status(), 206);
+    assert!(first.headers().get("content-digest").is_none(), "a part carries no Content-Digest of the whole file");
+    assert_eq!(first.headers()["repr-digest"], digest.as_str());
     assert_eq!(first.headers()["content-range"], format!("bytes 0-99/{len}").as_str());
     assert_eq!(first.headers()["content-length"], "100");
     assert_eq!(first.bytes().await.unwrap(), whole.slice(0..100));

@@ -176,18 +176,27 @@ on_both_backends!(the_sweeps_remove_what_no_attempt_can_release_and_keep_what_a_
         "staging/exp_unknown/1".to_owned(),
         format!("staging/{live}/0"),
         format!("staging/{live}/1"),
+        // A partial file of the live attempt's upload, an hour old by this host's clock (a slow
+        // selective export, or a janitor whose clock runs ahead): kept. One of a generation that
+        // can no longer release: removed.
         format!("staging/{live}/1#12"),
+        format!("staging/{live}/0#3"),
         format!("exports/ten_acme/{ready}/{}.csv", "0".repeat(64)),
         format!("exports/ten_acme/{live}/{}.csv", "1".repeat(64)),
         format!("exports/ten_acme/exp_unknown/{}.csv", "2".repeat(64)),
     ] {
         plant(&app, &key);
     }
-    exportd::job_store::transitions::heartbeat(&janitor.db, &live, 1, Duration::from_secs(60), 0, None).await.unwrap();
+    exportd::job_store::transitions::heartbeat(&janitor.db, &live, 1, Duration::from_secs(60), Default::default()).await.unwrap();
     let pass = janitor::pass(&janitor, true).await.unwrap();
-    let mut left = app.objects("");
+    let mut left: Vec<String> = app.objects("").into_iter().filter(|k| k != exportd::storage::identity::MARKER).collect();
     left.sort();
-    let mut expected = vec![artifact.clone(), format!("exports/ten_acme/{live}/{}.csv", "1".repeat(64)), format!("staging/{live}/1")];
+    let mut expected = vec![
+        artifact.clone(),
+        format!("exports/ten_acme/{live}/{}.csv", "1".repeat(64)),
+        format!("staging/{live}/1"),
+        format!("staging/{live}/1#12"),
+    ];
     expected.sort();
     assert_eq!(left, expected, "{pass:?}");
     assert_eq!((pass.staging_deleted, pass.orphans_deleted), (4, 2), "{pass:?}");
@@ -207,5 +216,73 @@ on_both_backends!(claims_rotate_between_tenants_so_a_thousand_queued_jobs_do_not
     assert!(first.id == globex || second.id == globex, "globex's job is claimed within two claims");
     let third = claims::claim(&worker.db, &worker.claimant()).await.unwrap().unwrap();
     assert_eq!(third.tenant_id, "ten_acme");
+    app.stop().await;
+});
+
+on_both_backends!(a_job_in_retry_wait_that_no_worker_claims_ends_failed_no_worker_after_the_queue_ttl, |backend| {
+    let app = TestApp::start(Options { adjust: |c| c.queue_ttl = Duration::from_secs(2), ..Options::new(backend) }).await;
+    let bob = app.login("bob@acme.test").await;
+    let id = create_id(&app, &bob, "retried-but-unserved").await;
+    // An attempt failed and its retry came due; no worker of the job's deployment is left.
+    let now = exportd::db::now_ms_sql(app.db.get_database_backend());
+    app.exec(&format!("UPDATE exports SET status = 'retry_wait', attempt = 1, generation = 1, next_attempt_at = {now} - 500, error_code = 'storage_unavailable' WHERE id = '{id}'")).await;
+    let janitor = ctx(&app).await;
+    janitor::pass(&janitor, false).await.unwrap();
+    assert_eq!(view(&app, &bob, &id).await["status"], "retry_wait", "not before the TTL");
+    let done = pass_until(&app, &janitor, &bob, &id, |v| v["status"] != "retry_wait").await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "no_worker");
+    assert!(done["next_attempt_at"].is_null(), "{done}");
+    app.stop().await;
+});
+
+on_both_backends!(a_create_is_dated_by_the_databases_clock_so_an_api_host_with_a_slow_clock_starts_no_ttl_early, |backend| {
+    // An API host whose clock is three days behind the database's.
+    let behind = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(72);
+    let clock: exportd::clock::SharedClock = std::sync::Arc::new(support::FixedClock(std::sync::Mutex::new(behind)));
+    let app = TestApp::start(Options { clock: Some(clock), adjust: |c| c.queue_ttl = Duration::from_secs(86_400), ..Options::new(backend) }).await;
+    let bob = app.login("bob@acme.test").await;
+    let id = create_id(&app, &bob, "slow-api-clock").await;
+    let created: jiff::Timestamp = view(&app, &bob, &id).await["created_at"].as_str().unwrap().parse().unwrap();
+    let db_now = jiff::Timestamp::from_millisecond(exportd::db::db_now_ms(&app.db).await.unwrap()).unwrap();
+    assert!((db_now - created).get_seconds().abs() < 60, "created at {created}, the database's clock says {db_now}");
+    janitor::pass(&ctx(&app).await, false).await.unwrap();
+    assert_eq!(view(&app, &bob, &id).await["status"], "queued", "the queue TTL starts at the database's now");
+    app.stop().await;
+});
+
+/// Every folder under `root` that holds nothing.
+fn empty_folders(root: &std::path::Path) -> Vec<String> {
+    let mut empty = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let entries: Vec<_> = entries.flatten().collect();
+        if entries.is_empty() && dir != root {
+            empty.push(dir.strip_prefix(root).unwrap().display().to_string());
+        }
+        stack.extend(entries.into_iter().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    empty
+}
+
+on_both_backends!(finished_and_expired_exports_leave_no_empty_folders_for_the_sweeps_to_walk, |backend| {
+    let app = TestApp::start(Options { worker: true, adjust: |c| c.artifact_ttl = Duration::from_secs(1), ..Options::new(backend) }).await;
+    let bob = app.login("bob@acme.test").await;
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(create_id(&app, &bob, &format!("folders-{i}")).await);
+    }
+    for id in &ids {
+        assert_eq!(app.wait_terminal(&bob, id, Duration::from_secs(30)).await["status"], "ready");
+    }
+    let root = app.dir.path().join("objects");
+    assert_eq!(empty_folders(&root), Vec::<String>::new(), "finished attempts leave no staging folders");
+    let janitor = ctx(&app).await;
+    for id in &ids {
+        pass_until(&app, &janitor, &bob, id, |v| v["artifact"]["expired"] == true).await;
+    }
+    assert_eq!(empty_folders(&root), Vec::<String>::new(), "expired artifacts leave no folders");
+    assert!(app.objects("exports").is_empty());
     app.stop().await;
 });

@@ -14,11 +14,11 @@ async fn an_upload_that_fails_midway_is_aborted_and_leaves_no_multipart_upload_i
     let moto = Moto::start().await;
     moto.bucket("exports").await;
     let p = Prepared::new(Backend::Postgres, 60_000).await;
-    let (_api, base) = p.api().await;
-    let api = Api::new(&base, &p.token);
-    // Past the first 5 MiB part, the upload fails.
     let mut env: Vec<(&str, String)> = moto.env();
     env.push(("EXPORTD_STORE", "s3://exports".into()));
+    let (_api, base) = p.api_with(&borrowed(&env)).await;
+    let api = Api::new(&base, &p.token);
+    // Past the first 5 MiB part, the upload fails.
     env.push(("FAILPOINTS", "each_chunk=21*off->return".into()));
     env.push(("EXPORTD_MAX_ATTEMPTS", "1".into()));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -30,7 +30,7 @@ async fn an_upload_that_fails_midway_is_aborted_and_leaves_no_multipart_upload_i
     assert_eq!(done["status"], "failed", "{done}");
     assert_eq!(done["error"]["code"], "storage_unavailable");
     assert_eq!(moto.open_uploads("exports").await, 0, "the failed upload was aborted");
-    assert!(moto.keys("exports", "").await.is_empty(), "{:?}", moto.keys("exports", "").await);
+    assert!(moto.keys("exports", "exports/").await.is_empty() && moto.keys("exports", "staging/").await.is_empty(), "{:?}", moto.keys("exports", "").await);
     w.signal("TERM");
     assert!(w.wait_exit(LONG).await.success());
 }
@@ -45,7 +45,7 @@ fn s3_env(moto: &Moto, stores: &[(&str, &str)]) -> Vec<(&'static str, String)> {
     env
 }
 
-fn borrowed<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
+fn borrowed<'a>(env: &'a [(&'a str, String)]) -> Vec<(&'a str, &'a str)> {
     env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
@@ -62,6 +62,8 @@ async fn presigned_download(api: &Api, moto: &Moto, id: &str) -> (reqwest::heade
     let query: std::collections::HashMap<String, String> = url::Url::parse(&url).unwrap().query_pairs().into_owned().collect();
     assert_eq!(query["response-content-type"], "text/csv; charset=utf-8");
     assert_eq!(query["response-content-disposition"], format!("attachment; filename=\"orders-{id}.csv\""));
+    // A link is a credential: no cache on the way may keep what it fetched.
+    assert_eq!(query.get("response-cache-control").map(String::as_str), Some("private, no-store"), "{url}");
     let file = api.client.get(&url).send().await.unwrap();
     assert_eq!(file.status(), 200);
     (file.headers().clone(), file.bytes().await.unwrap())
@@ -153,8 +155,13 @@ async fn each_deployment_writes_and_reads_only_its_own_bucket() {
     let uae_done = globex.wait_status(&uae_id, &["ready", "failed"], LONG).await;
     assert_eq!((ksa_done["status"].as_str(), uae_done["status"].as_str()), (Some("ready"), Some("ready")), "{ksa_done} {uae_done}");
 
+    // Each store holds its identity's marker, and the files of its deployment only.
     let in_ksa = moto.keys("ksa-exports", "").await;
     let in_uae = moto.keys("uae-exports", "").await;
+    assert!(in_ksa.contains(&exportd::storage::identity::MARKER.to_owned()), "{in_ksa:?}");
+    assert!(in_uae.contains(&format!("reports/{}", exportd::storage::identity::MARKER)), "{in_uae:?}");
+    let in_ksa: Vec<String> = in_ksa.into_iter().filter(|k| !k.ends_with(exportd::storage::identity::MARKER)).collect();
+    let in_uae: Vec<String> = in_uae.into_iter().filter(|k| !k.ends_with(exportd::storage::identity::MARKER)).collect();
     assert_eq!(in_ksa.len(), 1, "{in_ksa:?}");
     assert!(in_ksa[0].starts_with("exports/ten_acme/"), "{in_ksa:?}");
     assert_eq!(in_uae.len(), 1, "{in_uae:?}");

@@ -432,3 +432,27 @@ on_both_backends!(a_duplicate_delivery_of_a_finished_job_changes_nothing, |backe
     assert_eq!(app.objects(""), objects);
     app.stop().await;
 });
+
+on_both_backends!(data_that_cannot_be_written_as_the_file_promises_fails_the_export_at_once_without_retries, |backend| {
+    let app = app_with_worker(backend, 200).await;
+    let bob = app.login("bob@acme.test").await;
+    // One order's notes the file cannot carry: text that is not UTF-8 (SQLite stores what it is
+    // given), or no value at all where the report promises one (PostgreSQL, once the column
+    // allows it).
+    let first = "(SELECT MIN(id) FROM orders WHERE tenant_id = 'ten_acme')";
+    match backend {
+        support::Backend::Sqlite => app.exec(&format!("UPDATE orders SET notes = CAST(X'C328' AS TEXT) WHERE id = {first}")).await,
+        support::Backend::Postgres => {
+            app.exec("ALTER TABLE orders ALTER COLUMN notes DROP NOT NULL").await;
+            app.exec(&format!("UPDATE orders SET notes = NULL WHERE id = {first}")).await;
+        }
+    }
+    let id = create_id(&app, &bob, "unwritable", &everything("orders")).await;
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "invalid_data", "{done}");
+    assert_eq!(done["error"]["retryable"], false, "{done}");
+    assert_eq!(done["attempt"], 1, "the same data fails the same way: not retried: {done}");
+    assert!(app.objects("exports").is_empty() && app.objects("staging").is_empty(), "{:?}", app.objects(""));
+    app.stop().await;
+});

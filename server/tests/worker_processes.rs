@@ -5,7 +5,7 @@
 mod support;
 
 use std::time::Duration;
-use support::procs::{everything, scalar, sha256, text, Api, Prepared, Proc};
+use support::procs::{eventually, everything, scalar, sha256, text, Api, Prepared, Proc};
 use support::Backend;
 
 
@@ -14,19 +14,6 @@ const LONG: Duration = Duration::from_secs(60);
 /// The objects published for one export.
 fn published(p: &Prepared, id: &str) -> Vec<String> {
     p.objects(&format!("exports/ten_acme/{id}"))
-}
-
-/// Waits until `check` holds, polling.
-async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 on_both_backends!(a_worker_stopped_on_sigterm_mid_export_hands_its_job_back_without_its_progress, |backend| {

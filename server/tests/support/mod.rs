@@ -2,6 +2,7 @@
 //! or a new PostgreSQL database made through `TEST_DATABASE_URL`) and a local object store.
 #![allow(dead_code)]
 
+pub mod holders;
 pub mod procs;
 pub mod s3;
 
@@ -87,12 +88,14 @@ pub fn test_config(database_url: &str, dir: &std::path::Path) -> Config {
         artifact_ttl: Duration::from_secs(86_400),
         record_ttl: Duration::from_secs(2_592_000),
         queue_ttl: Duration::from_secs(86_400),
+        stall: Duration::from_secs(300),
         max_attempts: 5,
         max_active_per_actor: 1000,
         retry_base: Duration::from_millis(100),
         janitor_every: Duration::from_millis(200),
         sweep_every: Duration::from_millis(500),
         orphan_margin: Duration::ZERO,
+        worker_connections: 32,
         site_root: "target/site".to_owned(),
     }
 }
@@ -206,7 +209,7 @@ impl TestApp {
     pub async fn worker_context(&self, worker: WorkerConfig) -> WorkerContext {
         let stores = Arc::new(exportd::storage::Stores::new(self.config.clone()));
         let mut ctx = WorkerContext::connect(self.config.clone(), worker, stores, self.shutdown.clone(), self.wakeup.clone(), self.metrics.clone()).await.expect("worker pools");
-        ctx.faults = exportd::worker::faults::Faults::scoped(&self.fault_scope);
+        ctx.faults = exportd::faults::Faults::scoped(&self.fault_scope);
         ctx
     }
 

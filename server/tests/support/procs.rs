@@ -129,6 +129,13 @@ pub async fn text(db: &DatabaseConnection, sql: &str) -> Option<String> {
     row.try_get_by_index::<Option<String>>(0).unwrap()
 }
 
+/// Every row of one SQL query, each column as text (NULL as an empty string).
+pub async fn rows(db: &DatabaseConnection, sql: &str) -> Vec<Vec<String>> {
+    let found = db.query_all_raw(Statement::from_string(db.get_database_backend(), sql.to_owned())).await.unwrap();
+    let columns = found.first().map_or(0, |r| r.column_names().len());
+    found.iter().map(|r| (0..columns).map(|i| r.try_get_by_index::<Option<String>>(i).unwrap().unwrap_or_default()).collect()).collect()
+}
+
 /// A loopback port nobody listens on.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -185,6 +192,26 @@ impl Proc {
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 panic!("{}: no line with {needles:?} within {limit:?}", self.label);
+            }
+        }
+    }
+
+    /// How many lines the process has written so far.
+    pub fn line_count(&self) -> usize {
+        self.lines.lock().unwrap().len()
+    }
+
+    /// Waits until a line after the first `skip` contains every one of `needles`; `None` if none
+    /// does within `limit`.
+    pub async fn next_line(&self, skip: usize, needles: &[&str], limit: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.more.notified();
+            if let Some(line) = self.lines.lock().unwrap().iter().skip(skip).find(|l| needles.iter().all(|n| l.contains(n))) {
+                return Some(line.clone());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
             }
         }
     }
@@ -255,6 +282,26 @@ impl Api {
         }
     }
 
+    /// `POST /api/exports/{id}/cancel`, with the time it took to answer.
+    pub async fn cancel(&self, id: &str) -> (u16, Value, Duration) {
+        let started = tokio::time::Instant::now();
+        let resp = self
+            .client
+            .post(format!("{}/api/exports/{id}/cancel", self.base))
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null), started.elapsed())
+    }
+
+    /// The same client with another user's token.
+    pub fn as_user(&self, token: &str) -> Api {
+        Api::new(&self.base, token)
+    }
+
     /// Downloads a ready export's file through the minted link.
     pub async fn download(&self, id: &str) -> (u16, bytes::Bytes) {
         let resp = self.client.get(format!("{}/api/exports/{id}/download", self.base)).bearer_auth(&self.token).send().await.unwrap();
@@ -267,6 +314,33 @@ impl Api {
         let file = self.client.get(link).send().await.unwrap();
         (file.status().as_u16(), file.bytes().await.unwrap())
     }
+}
+
+/// Waits until `check` holds, polling every 100 ms.
+pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One sample's value from a Prometheus text page, by its name and labels as written
+/// (`name{label="value"}`), or `None` when absent.
+pub fn metric(page: &str, series: &str) -> Option<f64> {
+    page.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// `GET {base}/metrics` as text.
+pub async fn metrics_page(base: &str) -> String {
+    reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap()
 }
 
 /// A body for every order of the demo data (spread over the last two years).
