@@ -89,8 +89,10 @@ pub enum TimeRange {
     /// Explicit local days, `to` inclusive.
     Dates {
         /// First local day.
+        #[cfg_attr(feature = "ssr", schema(pattern = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"))]
         from: String,
         /// Last local day (inclusive).
+        #[cfg_attr(feature = "ssr", schema(pattern = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"))]
         to: String,
     },
 }
@@ -126,6 +128,7 @@ fn default_timezone() -> String {
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ExportRequest {
     /// The report's name, e.g. `orders`.
+    #[cfg_attr(feature = "ssr", schema(pattern = "^(orders|customers)$"))]
     pub report: String,
     /// Filter name → value; which filters exist depends on the report.
     #[serde(default)]
@@ -136,6 +139,7 @@ pub struct ExportRequest {
     pub columns: Option<Vec<String>>,
     /// The file format; only `csv`.
     #[serde(default = "default_format")]
+    #[cfg_attr(feature = "ssr", schema(pattern = "^csv$"))]
     pub format: String,
     /// The rows' time range.
     #[serde(default)]

@@ -96,6 +96,12 @@ pub enum Command {
         #[arg(long)]
         off: bool,
     },
+    /// The keys download links are signed with.
+    Keys {
+        /// What to do.
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// The object store each deployment's files are bound to.
     Stores {
         /// What to do.
@@ -142,6 +148,14 @@ pub enum JobsCommand {
         /// exp_….
         id: String,
     },
+}
+
+/// `exportd keys …`.
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// A new key for new links on every instance (within seconds, no restart); links of the old
+    /// one are refused once a link's lifetime has passed.
+    Rotate,
 }
 
 /// `exportd stores …`.

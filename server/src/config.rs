@@ -14,8 +14,15 @@ pub struct Config {
     /// The stores of single deployments (`EXPORTD_STORE_<DEPLOYMENT>`), by deployment in lower
     /// case: a deployment named here is written to and read from only its own store.
     pub deployment_stores: BTreeMap<String, String>,
-    /// A fixed link-signing secret (`EXPORTD_SIGNING_KEY`); unset: keys from the database.
+    /// A fixed link-signing secret (`EXPORTD_SIGNING_KEY`, at least 32 bytes); unset: keys from
+    /// the database.
     pub signing_key: Option<String>,
+    /// The origin users reach exportd at behind a proxy (`EXPORTD_PUBLIC_ORIGIN`); unset: each
+    /// request's own.
+    pub public_origin: Option<crate::auth::PublicOrigin>,
+    /// The peers whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed
+    /// (`EXPORTD_TRUSTED_PROXIES`); empty: the TCP peer is the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// How long a claim lasts without a heartbeat.
     pub lease: Duration,
     /// How long a minted download link works.
@@ -65,21 +72,38 @@ pub struct WorkerConfig {
     pub concurrency: usize,
 }
 
-/// A variable that is set but not a valid number.
+/// A variable that is set but not valid.
 #[derive(Debug, thiserror::Error)]
-#[error("{name} must be a whole number, got {value:?}")]
+#[error("{name} must be {expected}, got {value:?}")]
 pub struct BadVariable {
     name: &'static str,
     value: String,
+    expected: &'static str,
 }
 
 fn number(name: &'static str, default: u64) -> Result<u64, BadVariable> {
     match std::env::var(name) {
-        Ok(value) if !value.trim().is_empty() => {
-            value.trim().parse().map_err(|_| BadVariable { name, value })
-        }
+        Ok(value) if !value.trim().is_empty() => value.trim().parse().map_err(|_| BadVariable { name, value, expected: "a whole number" }),
         _ => Ok(default),
     }
+}
+
+/// The shortest `EXPORTD_SIGNING_KEY` accepted: an HMAC-SHA256 key of fewer bytes is guessable.
+pub const SIGNING_KEY_MIN_BYTES: usize = 32;
+
+/// `EXPORTD_TRUSTED_PROXIES`: CIDRs (or single addresses) separated by commas or spaces.
+pub fn trusted_proxies(value: &str) -> Result<Vec<ipnet::IpNet>, BadVariable> {
+    value
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>().or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from)).map_err(|_| BadVariable {
+                name: "EXPORTD_TRUSTED_PROXIES",
+                value: value.to_owned(),
+                expected: "a list of CIDRs such as 10.0.0.0/8, 127.0.0.1",
+            })
+        })
+        .collect()
 }
 
 impl Config {
@@ -89,7 +113,21 @@ impl Config {
             database_url: global.database_url.clone(),
             store_url: global.store.clone(),
             deployment_stores: deployment_stores(std::env::vars()),
-            signing_key: std::env::var("EXPORTD_SIGNING_KEY").ok().filter(|k| !k.is_empty()),
+            signing_key: match std::env::var("EXPORTD_SIGNING_KEY").ok().filter(|k| !k.is_empty()) {
+                Some(key) if key.len() < SIGNING_KEY_MIN_BYTES => {
+                    return Err(BadVariable { name: "EXPORTD_SIGNING_KEY", value: "(hidden)".into(), expected: "at least 32 bytes" })
+                }
+                key => key,
+            },
+            public_origin: match std::env::var("EXPORTD_PUBLIC_ORIGIN").ok().filter(|v| !v.trim().is_empty()) {
+                Some(value) => Some(crate::auth::PublicOrigin::parse(value.trim()).ok_or(BadVariable {
+                    name: "EXPORTD_PUBLIC_ORIGIN",
+                    value,
+                    expected: "an origin such as https://exports.example.com (scheme, host and optional port; no path)",
+                })?),
+                None => None,
+            },
+            trusted_proxies: trusted_proxies(&std::env::var("EXPORTD_TRUSTED_PROXIES").unwrap_or_default())?,
             lease: Duration::from_secs(number("EXPORTD_LEASE_SECS", 30)?),
             link_ttl: Duration::from_secs(number("EXPORTD_LINK_TTL_SECS", 300)?),
             artifact_ttl: Duration::from_secs(number("EXPORTD_ARTIFACT_TTL_SECS", 86_400)?),
@@ -105,6 +143,33 @@ impl Config {
             worker_connections: u32::try_from(number("EXPORTD_DB_CONNECTIONS", 32)?).unwrap_or(u32::MAX),
             site_root: std::env::var("LEPTOS_SITE_ROOT").unwrap_or_else(|_| "target/site".to_owned()),
         })
+    }
+
+    /// The configuration of SPEC §9's defaults on `database_url` and `store_url`, as a process
+    /// with no variables set would run (tests change what they need).
+    pub fn defaults(database_url: &str, store_url: &str) -> Config {
+        Config {
+            database_url: database_url.to_owned(),
+            store_url: store_url.to_owned(),
+            deployment_stores: BTreeMap::new(),
+            signing_key: None,
+            public_origin: None,
+            trusted_proxies: Vec::new(),
+            lease: Duration::from_secs(30),
+            link_ttl: Duration::from_secs(300),
+            artifact_ttl: Duration::from_secs(86_400),
+            record_ttl: Duration::from_secs(2_592_000),
+            queue_ttl: Duration::from_secs(86_400),
+            stall: Duration::from_secs(300),
+            max_attempts: 5,
+            max_active_per_actor: 10,
+            retry_base: Duration::from_millis(1000),
+            janitor_every: Duration::from_millis(5000),
+            sweep_every: Duration::from_millis(60_000),
+            orphan_margin: Duration::from_secs(60),
+            worker_connections: 32,
+            site_root: "target/site".to_owned(),
+        }
     }
 
     /// The store URL of one deployment: its own (`EXPORTD_STORE_<DEPLOYMENT>`), else the default.

@@ -65,6 +65,10 @@ pub enum AppError {
     /// statement cut off, no connection free): nothing changed; try again in a second.
     #[error("busy")]
     Busy,
+    /// The request had no answer within the server's request timeout (a client too slow to
+    /// send its body, most often).
+    #[error("request timeout")]
+    RequestTimeout,
     /// `exportd drain` is on: no new operations are accepted for now.
     #[error("creation paused")]
     CreationPaused { retry_after_secs: u64 },
@@ -125,6 +129,7 @@ impl AppError {
             RangeNotSatisfiable { .. } => ("range-not-satisfiable", StatusCode::RANGE_NOT_SATISFIABLE, "The range is outside the file"),
             NotReady(_) => ("not-ready", StatusCode::SERVICE_UNAVAILABLE, "A service this process needs does not answer"),
             Busy => ("busy", StatusCode::SERVICE_UNAVAILABLE, "Busy; try again in a moment"),
+            RequestTimeout => ("request-timeout", StatusCode::REQUEST_TIMEOUT, "The request took too long"),
             CreationPaused { .. } => ("creation-paused", StatusCode::SERVICE_UNAVAILABLE, "New operations are paused for maintenance"),
             Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
         }

@@ -2,7 +2,7 @@
 //! 1 runtime error (message on stderr), 2 usage error (clap's).
 
 use clap::Parser;
-use exportd::cli::{Cli, Command, JobsCommand, StoresCommand, TokenCommand, UserCommand};
+use exportd::cli::{Cli, Command, JobsCommand, KeysCommand, StoresCommand, TokenCommand, UserCommand};
 use exportd::clock::{SharedClock, SystemClock};
 use exportd::config::{Config, WorkerConfig};
 use exportd::entities::users;
@@ -146,6 +146,17 @@ async fn run(cli: Cli) -> Result<(), String> {
             println!("{}", if off { "creation resumed" } else { "creation paused on every instance" });
             Ok(())
         }
+        Command::Keys { command: KeysCommand::Rotate } => {
+            if config.signing_key.is_some() {
+                return Err("EXPORTD_SIGNING_KEY is set, so links are signed with that one key, not the database's: \
+                            rotate it by setting a new value on every instance"
+                    .into());
+            }
+            let db = connect().await?;
+            let id = exportd::links::rotate(&db, now_ms()).await.map_err(|e| format!("database: {e}"))?;
+            println!("new links are signed with key {id}; links of the old key are refused after {} s", config.link_ttl.as_secs());
+            Ok(())
+        }
         Command::Stores { command } => {
             let db = connect().await?;
             let stores = exportd::storage::Stores::new(config.clone());
@@ -215,11 +226,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| format!("cannot listen on {bind}: {e}"))?;
             let local = listener.local_addr().map_err(|e| e.to_string())?;
             tracing::info!(target: "exportd::lifecycle", "exportd listening on http://{local}");
-            let token = shutdown.clone();
-            axum::serve(listener, app_router(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
-                .with_graceful_shutdown(async move { token.cancelled().await })
-                .await
-                .map_err(|e| format!("server: {e}"))?;
+            exportd::server::serve(listener, app_router(state), shutdown.clone()).await;
             if let Some(task) = worker_task {
                 let _ = task.await;
             }

@@ -99,10 +99,90 @@ pub fn app_router(state: AppState) -> Router {
         )
         .route("/sfn/{*rest}", axum::routing::any(unknown_api_route))
         .fallback(leptos_axum::file_and_error_handler(app::shell))
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(axum::middleware::from_fn(controllers::page::same_origin_only))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), controllers::page::guard_server_functions))
         .with_state(options);
-    traced(api_router(state).merge(page))
+    traced(api_router(state).merge(page).layer(axum::middleware::from_fn(answer_headers)).layer(axum::middleware::from_fn(bounded)))
+}
+
+/// Headers every answer carries, by what it is: the page may not be framed by another site
+/// (`frame-ancestors 'none'`); the API's and the server functions' JSON may carry a freshly minted
+/// download link, a credential, so no cache keeps it (`no-store`, unless the answer set its own).
+async fn answer_headers(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    let api = {
+        let path = req.uri().path();
+        path.starts_with("/api/") || path.starts_with(app::sfn::PREFIX)
+    };
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    if api {
+        h.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
+    } else {
+        h.entry(header::CONTENT_SECURITY_POLICY).or_insert(HeaderValue::from_static("frame-ancestors 'none'"));
+        h.entry(header::X_FRAME_OPTIONS).or_insert(HeaderValue::from_static("DENY"));
+    }
+    resp
+}
+
+/// How long a client may take to send a request's head (a slowloris client is cut off).
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a request may take until its answer starts, reading its body included; the bytes of
+/// a download that follow are not bound by it.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a shutdown waits for the answers in flight.
+const DRAIN_CONNECTIONS: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serves `router` on `listener` until `shutdown`, then lets the answers in flight finish (for a
+/// bounded time). Each request carries its peer (`ConnectInfo`); a client that does not send a
+/// request's head within [`HEADER_READ_TIMEOUT`] is disconnected.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router, shutdown: tokio_util::sync::CancellationToken) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use tower::ServiceExt;
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, say: wait a moment rather than spin.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+            router.clone().oneshot(req.map(axum::body::Body::new))
+        });
+        let connection = graceful.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+        });
+    }
+    if tokio::time::timeout(DRAIN_CONNECTIONS, graceful.shutdown()).await.is_err() {
+        tracing::warn!("answers still in flight after {DRAIN_CONNECTIONS:?}; stopping anyway");
+    }
+}
+
+/// Answers 408 `request-timeout` for a request that has no answer within [`REQUEST_TIMEOUT`].
+async fn bounded(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => AppError::RequestTimeout.into_response(),
+    }
 }
 
 /// A worker process's own listener: `GET /metrics` only.

@@ -1,6 +1,6 @@
 //! The authenticated caller of an API request.
 
-use super::{require_same_origin, tokens::hash_secret, Role, SESSION_COOKIE};
+use super::{require_same_origin, tokens::hash_secret, Role};
 use crate::entities::{api_tokens, sessions, tenants, users};
 use crate::error::AppError;
 use crate::server::AppState;
@@ -89,8 +89,9 @@ async fn actor_of_session<C: ConnectionTrait>(db: &C, session_hash: String, secr
     one_actor(db, query, AuthVia::Session(secret)).await
 }
 
-/// The value of our session cookie in a request, if any.
-pub fn session_secret(parts: &Parts) -> Option<String> {
+/// The value of our session cookie in a request, if any: over TLS only the `__Host-` one.
+pub fn session_secret(parts: &Parts, secure: bool) -> Option<String> {
+    let name = super::session_cookie_name(secure);
     parts
         .headers
         .get_all(header::COOKIE)
@@ -98,9 +99,17 @@ pub fn session_secret(parts: &Parts) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
+        .find(|(cookie, _)| *cookie == name)
         .map(|(_, value)| value.to_owned())
         .filter(|v| !v.is_empty())
+}
+
+/// The token of an `Authorization: Bearer …` header; the scheme's name is case-insensitive
+/// (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 impl FromRequestParts<AppState> for Actor {
@@ -108,10 +117,13 @@ impl FromRequestParts<AppState> for Actor {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Actor, AppError> {
         let now = state.now_ms();
+        if let Some(actor) = parts.extensions.get::<Actor>() {
+            return Ok(actor.clone());
+        }
         let actor = if let Some(auth) = parts.headers.get(header::AUTHORIZATION) {
-            let token = auth.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or(AppError::Unauthenticated)?;
-            actor_of_token(&state.db, hash_secret(token.trim())).await?
-        } else if let Some(secret) = session_secret(parts) {
+            let token = auth.to_str().ok().and_then(bearer_token).ok_or(AppError::Unauthenticated)?;
+            actor_of_token(&state.db, hash_secret(token)).await?
+        } else if let Some(secret) = session_secret(parts, super::over_tls(parts, &state.config)) {
             actor_of_session(&state.db, hash_secret(&secret), secret, now).await?
         } else {
             return Err(AppError::Unauthenticated);
@@ -119,8 +131,24 @@ impl FromRequestParts<AppState> for Actor {
         let actor = actor.ok_or(AppError::Unauthenticated)?;
         let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
         if !safe && matches!(actor.via, AuthVia::Session(_)) {
-            require_same_origin(parts)?;
+            require_same_origin(parts, &state.config)?;
         }
+        parts.extensions.insert(actor.clone());
         Ok(actor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_bearer_scheme_is_matched_in_any_case() {
+        for header in ["Bearer abc", "bearer abc", "BEARER  abc ", " Bearer abc"] {
+            assert_eq!(bearer_token(header), Some("abc"), "{header:?}");
+        }
+        for header in ["Basic abc", "Bearer", "Bearer   ", "Bearerabc"] {
+            assert_eq!(bearer_token(header), None, "{header:?}");
+        }
     }
 }

@@ -8,9 +8,9 @@ pub mod throttle;
 mod tokens;
 
 pub use actor::{load_active_actor, session_secret, Actor, AuthVia};
-pub use origin::require_same_origin;
+pub use origin::{client_ip, over_tls, require_same_origin, throttle_address, PublicOrigin};
 pub use passwords::{hash_password, verify_password_or_dummy};
-pub use sessions::{create_session, revoke_session, session_cookie, clear_session_cookie, SESSION_COOKIE};
+pub use sessions::{clear_session_cookie, create_session, purge_sessions, revoke_session, session_cookie, session_cookie_name, SESSION_COOKIE};
 pub use tokens::{create_token, hash_secret, new_secret};
 
 /// A user's role (SPEC §2).

@@ -5,8 +5,21 @@ use crate::entities::sessions;
 use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set};
 use sea_orm::sea_query::Expr;
 
-/// The cookie's name.
+/// The cookie's name over plain HTTP.
 pub const SESSION_COOKIE: &str = "exportd_session";
+
+/// The cookie's name over TLS: the `__Host-` prefix makes browsers refuse it unless it is
+/// `Secure`, for `/` and set by this host itself (no sibling domain can plant one).
+pub const SECURE_SESSION_COOKIE: &str = "__Host-exportd_session";
+
+/// The session cookie's name, over TLS or not.
+pub fn session_cookie_name(secure: bool) -> &'static str {
+    if secure {
+        SECURE_SESSION_COOKIE
+    } else {
+        SESSION_COOKIE
+    }
+}
 
 /// How long a session lasts.
 pub const SESSION_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -40,12 +53,24 @@ pub async fn revoke_session<C: ConnectionTrait>(db: &C, secret: &str, now_ms: i6
 /// The `Set-Cookie` value for a new session.
 pub fn session_cookie(secret: &str, secure: bool) -> String {
     let max_age = SESSION_TTL_MS / 1000;
+    let name = session_cookie_name(secure);
     let secure = if secure { "; Secure" } else { "" };
-    format!("{SESSION_COOKIE}={secret}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}")
+    format!("{name}={secret}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}")
 }
 
 /// The `Set-Cookie` value that removes the cookie.
 pub fn clear_session_cookie(secure: bool) -> String {
+    let name = session_cookie_name(secure);
     let secure = if secure { "; Secure" } else { "" };
-    format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{secure}")
+    format!("{name}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{secure}")
+}
+
+/// Deletes sessions that can no longer be used: expired, or revoked before `now`.
+pub async fn purge_sessions<C: ConnectionTrait>(db: &C, now_ms: i64) -> Result<u64, DbErr> {
+    use sea_orm::Condition;
+    let gone = sessions::Entity::delete_many()
+        .filter(Condition::any().add(sessions::Column::ExpiresAt.lte(now_ms)).add(sessions::Column::RevokedAt.lte(now_ms)))
+        .exec(db)
+        .await?;
+    Ok(gone.rows_affected)
 }

@@ -72,6 +72,17 @@ pub async fn reserve(db: &DatabaseConnection, ip: &str, email: &str, now_ms: i64
     Ok(())
 }
 
+/// Forgets pairs that no longer hold anyone back: not blocked now, and idle for the longest
+/// backoff (their count would no longer matter).
+pub async fn purge<C: ConnectionTrait>(db: &C, now_ms: i64) -> Result<u64, sea_orm::DbErr> {
+    let gone = login_throttle::Entity::delete_many()
+        .filter(login_throttle::Column::BlockedUntil.lte(now_ms))
+        .filter(login_throttle::Column::UpdatedAt.lt(now_ms - MAX_BACKOFF_MS))
+        .exec(db)
+        .await?;
+    Ok(gone.rows_affected)
+}
+
 /// Forgets the failures of a pair after a successful login.
 pub async fn succeeded<C: ConnectionTrait>(db: &C, ip: &str, email: &str) -> Result<(), AppError> {
     login_throttle::Entity::delete_by_id(key(ip, email)).exec(db).await?;

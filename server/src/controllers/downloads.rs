@@ -7,7 +7,8 @@ use crate::links::LinkQuery;
 use crate::server::AppState;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use super::ids::{ExportIdPath, LinkIdPath};
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -18,7 +19,7 @@ use object_store::{GetOptions, GetRange};
 #[utoipa::path(get, path = "/api/exports/{id}/download", tag = "downloads",
     params(("id" = String, Path, description = "exp_…")),
     responses((status = 303, description = "To a freshly minted link", headers(("Location" = String))), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"), (status = 403, description = "permission-revoked", body = app::Problem, content_type = "application/problem+json"), (status = 404, description = "export-not-found", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-not-ready", body = app::Problem, content_type = "application/problem+json"), (status = 410, description = "artifact-expired", body = app::Problem, content_type = "application/problem+json")))]
-pub async fn download(State(state): State<AppState>, actor: Actor, Path(id): Path<String>) -> Result<Response, AppError> {
+pub async fn download(State(state): State<AppState>, actor: Actor, ExportIdPath(id): ExportIdPath) -> Result<Response, AppError> {
     let url = service::download_link(&state, &actor, &id).await?;
     let mut resp = StatusCode::SEE_OTHER.into_response();
     let location = HeaderValue::from_str(&url).map_err(|e| AppError::Internal(e.to_string()))?;
@@ -85,11 +86,11 @@ pub async fn serve_link(
     State(state): State<AppState>,
     method: Method,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    LinkIdPath(id): LinkIdPath,
     query: Result<Query<LinkQuery>, QueryRejection>,
 ) -> Result<Response, AppError> {
     let Query(query) = query.map_err(|_| AppError::LinkInvalid)?;
-    let grant = state.links.check(&id, &query, state.now_ms() / 1000)?;
+    let grant = state.links.check(&id, &query, state.now_ms() / 1000).await?;
     let service::LinkedArtifact { export: m, store, key, len } = service::open_link(&state, &grant).await?;
     let gone = service::artifact_gone;
     let etag = format!("\"{}\"", grant.sha256);

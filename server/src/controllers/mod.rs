@@ -5,6 +5,7 @@ pub mod body;
 pub mod downloads;
 pub mod exports;
 pub mod health;
+pub mod ids;
 pub mod openapi;
 pub mod page;
 pub mod session;

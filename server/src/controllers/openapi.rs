@@ -27,6 +27,30 @@ pub struct ApiDoc;
 
 /// The document.
 #[utoipa::path(get, path = "/api/openapi.json", tag = "meta", responses((status = 200, description = "This document")))]
-pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+pub async fn openapi_json() -> Json<serde_json::Value> {
+    Json(document())
+}
+
+/// The document as served: utoipa 5.5's link objects name their fields in snake case
+/// (`operation_id`); OpenAPI's are camel case (`operationId`), which tools that follow links
+/// (schemathesis' stateful tests) need.
+pub fn document() -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    let responses = doc.get_mut("paths").and_then(|p| p.as_object_mut()).into_iter().flat_map(|paths| paths.values_mut());
+    let links = responses
+        .filter_map(|item| item.as_object_mut())
+        .flat_map(|item| item.values_mut())
+        .filter_map(|operation| operation.get_mut("responses").and_then(|r| r.as_object_mut()))
+        .flat_map(|responses| responses.values_mut())
+        .filter_map(|response| response.get_mut("links").and_then(|l| l.as_object_mut()))
+        .flat_map(|links| links.values_mut())
+        .filter_map(|link| link.as_object_mut());
+    for link in links {
+        for (snake, camel) in [("operation_id", "operationId"), ("operation_ref", "operationRef"), ("request_body", "requestBody")] {
+            if let Some(value) = link.remove(snake) {
+                link.insert(camel.to_owned(), value);
+            }
+        }
+    }
+    doc
 }

@@ -64,15 +64,25 @@ impl PageBackend for PageFunctions {
     }
 }
 
-/// Refuses a cross-site request to a server function (a path under `/sfn`) before it runs: they carry the session
-/// cookie and have no CSRF defence of their own (SPEC §2's same-origin rule).
-pub async fn same_origin_only(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+/// Guards every server function (a path under `/sfn`) before it runs, as the REST API's
+/// extractors guard its handlers: only POST (405 otherwise); the caller authenticated (401) and,
+/// with a cookie, from the same origin (403, SPEC §2's rule: server functions have no CSRF
+/// defence of their own) before its arguments are read. The actor found is kept in the request
+/// for the function.
+pub async fn guard_server_functions(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     use axum::response::IntoResponse;
     if !req.uri().path().starts_with(app::sfn::PREFIX) {
         return next.run(req).await;
     }
-    let (parts, body) = req.into_parts();
-    if let Err(e) = crate::auth::require_same_origin(&parts) {
+    if req.method() != axum::http::Method::POST {
+        return AppError::MethodNotAllowed.into_response();
+    }
+    let (mut parts, body) = req.into_parts();
+    if let Err(e) = Actor::from_request_parts(&mut parts, &state).await {
         return e.into_response();
     }
     next.run(axum::extract::Request::from_parts(parts, body)).await

@@ -32,12 +32,21 @@ pub struct ServiceContext {
     pub metrics: Metrics,
     /// This instance's view of `exportd drain`.
     pub drain: Arc<Drain>,
+    /// Password checks that may run at once (one per core, less one); a login beyond them answers
+    /// 503 `busy`.
+    pub password_checks: Arc<tokio::sync::Semaphore>,
+}
+
+/// How many password checks run at once: one per core the process may use, less one, so a flood
+/// of logins never takes every core from the answers to everyone else (at least one).
+pub fn password_checks_at_once() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)).max(1)
 }
 
 impl ServiceContext {
     /// Builds the context, loading the link-signing keys.
     pub async fn new(db: DatabaseConnection, config: Arc<Config>, clock: SharedClock) -> Result<ServiceContext, sea_orm::DbErr> {
-        let links = LinkSigner::load(&db, config.signing_key.as_deref()).await?;
+        let links = LinkSigner::load(&db, config.signing_key.as_deref(), config.link_ttl).await?;
         Ok(ServiceContext {
             stores: Arc::new(Stores::new(config.clone())),
             db,
@@ -47,6 +56,7 @@ impl ServiceContext {
             wakeup: Wakeup::default(),
             metrics: Metrics::default(),
             drain: Arc::new(Drain::default()),
+            password_checks: Arc::new(tokio::sync::Semaphore::new(password_checks_at_once())),
         })
     }
 

@@ -3,6 +3,7 @@
 
 pub mod canonical;
 pub mod context;
+pub mod ids;
 pub mod key;
 pub mod reports;
 pub mod resolve;

@@ -46,14 +46,23 @@ pub fn parse_json(body: &[u8]) -> Result<Value, AppError> {
 /// Reads the typed request (defaults filled in); a shape error names the field.
 fn typed_request(value: Value) -> Result<ExportRequest, AppError> {
     serde_path_to_error::deserialize::<_, ExportRequest>(value).map_err(|e| {
-        let path = e.path().to_string();
-        let pointer = if path == "." {
-            String::new()
-        } else {
-            format!("/{}", path.replace('.', "/"))
-        };
+        let pointer = json_pointer(e.path());
         AppError::InvalidRequest(vec![crate::error::FieldError::new(pointer, e.inner().to_string())])
     })
+}
+
+/// The JSON pointer (RFC 6901) of a place in a request: `/columns/0`, with `~` and `/` in names
+/// escaped as `~0` and `~1`.
+fn json_pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|segment| match segment {
+            Segment::Seq { index } => Some(index.to_string()),
+            Segment::Map { key } => Some(key.replace('~', "~0").replace('/', "~1")),
+            Segment::Enum { .. } | Segment::Unknown => None,
+        })
+        .map(|token| format!("/{token}"))
+        .collect()
 }
 
 async fn find_by_key<C: ConnectionTrait>(db: &C, actor: &Actor, key: &str) -> Result<Option<exports::Model>, AppError> {
@@ -65,10 +74,11 @@ async fn find_by_key<C: ConnectionTrait>(db: &C, actor: &Actor, key: &str) -> Re
         .await?)
 }
 
-/// The answer to a key that is already bound: a replay if the intent matches, else 422.
-fn replay_or_conflict(existing: &exports::Model, fingerprint: Option<&str>) -> Result<ExportView, AppError> {
+/// The answer to a key that is already bound: a replay if the intent matches — the operation as
+/// it is now, with a fresh link when it is ready for this actor — else 422.
+async fn replay_or_conflict(state: &ServiceContext, actor: &Actor, existing: &exports::Model, fingerprint: Option<&str>) -> Result<CreateOutcome, AppError> {
     if fingerprint == Some(existing.fingerprint.as_str()) {
-        to_view(existing, None)
+        view_for(state, actor, existing).await.map(CreateOutcome::Replayed)
     } else {
         Err(AppError::IdempotencyKeyReused { operation_ref: existing.id.clone() })
     }
@@ -104,7 +114,7 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
         .map_err(|e| AppError::Internal(format!("request serialisation: {e}")))?;
 
     if let Some(existing) = find_by_key(&state.db, actor, key).await? {
-        return replay_or_conflict(&existing, fp.as_deref()).map(CreateOutcome::Replayed);
+        return replay_or_conflict(state, actor, &existing, fp.as_deref()).await;
     }
     // `exportd drain`: no new operation, while replays above still answer.
     if state.drain.is_on(&state.db).await? {
@@ -152,7 +162,7 @@ async fn insert_new(
         let existing = find_by_key(&txn, actor, key).await?;
         txn.rollback().await?;
         return match existing {
-            Some(existing) => replay_or_conflict(&existing, Some(fp)).map(CreateOutcome::Replayed),
+            Some(existing) => replay_or_conflict(state, actor, &existing, Some(fp)).await,
             None => Err(AppError::TooManyExports { retry_after_secs: 5 }),
         };
     }
@@ -192,12 +202,15 @@ async fn insert_new(
     let stored = find_by_key(&state.db, actor, key)
         .await?
         .ok_or_else(|| AppError::Internal("the operation vanished after a conflicting insert".into()))?;
-    replay_or_conflict(&stored, Some(fp)).map(CreateOutcome::Replayed)
+    replay_or_conflict(state, actor, &stored, Some(fp)).await
 }
 
 /// The actor's own export with this id; any other id (unknown, malformed, another actor's or
 /// tenant's) is the same 404.
 pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Result<exports::Model, AppError> {
+    if !super::ids::is_export_id(id) {
+        return Err(AppError::ExportNotFound);
+    }
     exports::Entity::find_by_id(id.to_owned())
         .filter(exports::Column::TenantId.eq(&actor.tenant_id))
         .filter(exports::Column::ActorId.eq(&actor.user_id))
@@ -225,7 +238,7 @@ async fn mint_download(state: &ServiceContext, actor: &Actor, m: &exports::Model
     let store = state.stores.for_deployment(&state.db, &m.deployment).await?;
     let url = match store.presigner() {
         Some(presigner) => presigner.get(key, ttl, &download_filename(m)),
-        None => state.links.mint(&m.id, sha, &actor.user_id, expires)?,
+        None => state.links.mint(&m.id, sha, &actor.user_id, expires).await?,
     };
     Ok(Some(DownloadView { url, expires_at: rfc3339(expires * 1000) }))
 }
@@ -356,7 +369,7 @@ fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
     let text = String::from_utf8(raw).ok()?;
     let (at, id) = text.split_once(':')?;
     let at = at.parse().ok()?;
-    id.starts_with("exp_").then(|| (at, id.to_owned()))
+    super::ids::is_export_id(id).then(|| (at, id.to_owned()))
 }
 
 /// The default and largest page sizes of `GET /api/exports`.

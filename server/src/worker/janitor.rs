@@ -44,6 +44,8 @@ pub struct Pass {
     pub artifacts_expired: usize,
     /// Records purged.
     pub records_purged: usize,
+    /// Login throttle rows and sessions that no longer matter, deleted.
+    pub logins_purged: usize,
     /// Staging objects deleted.
     pub staging_deleted: usize,
     /// Objects under `exports/` deleted that were not their job's artifact.
@@ -90,6 +92,7 @@ pub async fn pass(ctx: &WorkerContext, sweep: bool) -> Result<Pass, DbErr> {
     done.unclaimed_failed = fail_unclaimed(ctx, now, by).await?;
     done.artifacts_expired = expire_artifacts(ctx, now, by).await?;
     done.records_purged = purge_records(ctx, now).await?;
+    done.logins_purged = (crate::auth::throttle::purge(&ctx.db, now).await? + crate::auth::purge_sessions(&ctx.db, now).await?) as usize;
     if sweep {
         for deployment in served_deployments(ctx).await? {
             let store = match ctx.stores.for_deployment(&ctx.db, &deployment).await {

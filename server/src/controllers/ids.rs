@@ -1,0 +1,32 @@
+//! Ids in paths, as the API answers them (SPEC §11): a segment that does not decode (bytes that
+//! are not UTF-8, which axum would answer as a text/plain 400) is the unknown id it names.
+
+use crate::error::AppError;
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
+
+/// The `{id}` of `/api/exports/{id}…`; one that does not decode is `export-not-found`.
+pub struct ExportIdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ExportIdPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<ExportIdPath, AppError> {
+        Path::<String>::from_request_parts(parts, state).await.map(|Path(id)| ExportIdPath(id)).map_err(|_| AppError::ExportNotFound)
+    }
+}
+
+/// The `{id}` of a signed link `/files/{id}`; one that does not decode, or is not an export id,
+/// is `link-invalid`.
+pub struct LinkIdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for LinkIdPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<LinkIdPath, AppError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) if crate::exports::ids::is_export_id(&id) => Ok(LinkIdPath(id)),
+            _ => Err(AppError::LinkInvalid),
+        }
+    }
+}
