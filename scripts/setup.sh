@@ -41,6 +41,16 @@ if $want_tests; then
   command -v psql >/dev/null || apt_install postgresql-client
   # A test reads a worker's fsync calls with strace.
   command -v strace >/dev/null || apt_install strace
+  # The proxy and the certificate of the reverse-proxy test.
+  command -v nginx >/dev/null || apt_install nginx
+  command -v openssl >/dev/null || apt_install openssl
+  # schemathesis, the OpenAPI fuzzer of the schema test, in a virtual environment of its own.
+  schemathesis_version=4.32.5
+  venv="$HOME/.cache/exportd-schemathesis"
+  if [[ "$("$venv/bin/st" --version 2>/dev/null || true)" != *"$schemathesis_version"* ]]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$schemathesis_version"
+  fi
   # The S3-protocol server the storage tests run against.
   moto_version=5.2.1
   if ! python3 -c "import moto.server, sys; sys.exit(0 if moto.__version__ == '$moto_version' else 1)" 2>/dev/null; then

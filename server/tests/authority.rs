@@ -101,7 +101,9 @@ on_both_backends!(a_burst_of_parallel_wrong_passwords_gets_no_more_attempts_than
     let answers = support::send_together(requests).await;
     let refused = answers.iter().filter(|(s, _)| *s == 401).count();
     let limited = answers.iter().filter(|(s, _)| *s == 429).count();
-    assert_eq!(refused + limited, 20, "{answers:?}");
+    // A burst beyond the password checks that run at once may also wait too long (503).
+    let busy = answers.iter().filter(|(s, _)| *s == 503).count();
+    assert_eq!(refused + limited + busy, 20, "{answers:?}");
     assert_eq!(refused, 5, "only the free attempts reach the password check: {answers:?}");
     app.stop().await;
 });

@@ -127,3 +127,61 @@ on_both_backends!(drain_pauses_creation_on_every_instance_while_reads_cancels_do
     w.signal("TERM");
     assert!(w.wait_exit(LONG).await.success());
 });
+
+/// The link `GET /api/exports/{id}/download` answers with, and the key id it names.
+async fn minted(api: &Api, id: &str) -> (String, String) {
+    let resp = api.client.get(format!("{}/api/exports/{id}/download", api.base)).bearer_auth(&api.token).send().await.unwrap();
+    assert_eq!(resp.status(), 303);
+    let link = resp.headers()["location"].to_str().unwrap().to_owned();
+    let kid = link.split('&').find_map(|p| p.strip_prefix("k=")).unwrap().to_owned();
+    (link, kid)
+}
+
+async fn fetch(base: &str, link: &str) -> u16 {
+    reqwest::get(format!("{base}{link}")).await.unwrap().status().as_u16()
+}
+
+on_both_backends!(a_key_rotation_reaches_every_instance_without_a_restart_and_a_retired_keys_links_end_with_a_links_lifetime, |backend| {
+    let p = Prepared::new(backend, 100).await;
+    // Two instances with short links, one (an older configuration) with long ones.
+    let (_a, base_a) = p.api_with(&[("EXPORTD_LINK_TTL_SECS", "4")]).await;
+    let (_b, base_b) = p.api_with(&[("EXPORTD_LINK_TTL_SECS", "4")]).await;
+    let (_c, base_c) = p.api_with(&[("EXPORTD_LINK_TTL_SECS", "600")]).await;
+    let (a, b, c) = (Api::new(&base_a, &p.token), Api::new(&base_b, &p.token), Api::new(&base_c, &p.token));
+    let mut w = p.worker("w", &[], &[]);
+    let (_, view) = a.create("rotated", &everything("orders")).await;
+    let id = view["id"].as_str().unwrap().to_owned();
+    a.wait_status(&id, &["ready"], LONG).await;
+    let (old_short, old_kid) = minted(&a, &id).await;
+    let (old_long, _) = minted(&c, &id).await;
+
+    let said = p.run_ok(&["keys", "rotate"]).await;
+    assert!(said.starts_with("new links are signed with key k"), "{said}");
+    for api in [&a, &b, &c] {
+        eventually("new links use the new key", Duration::from_secs(10), || async { minted(api, &id).await.1 != old_kid }).await;
+    }
+    // A link of the new key minted by one instance checks on another; an old one still works
+    // within its lifetime.
+    let (new_link, new_kid) = minted(&a, &id).await;
+    assert_ne!(new_kid, old_kid);
+    assert_eq!(fetch(&base_b, &new_link).await, 200);
+    assert_eq!(fetch(&base_c, &old_long).await, 200, "within a link's lifetime (600 s here) of the rotation");
+    // Past a link's lifetime after the rotation, a link of the retired key is refused, even one
+    // whose own expiry (minted under a 600 s lifetime) is far away.
+    eventually("the old key's links are refused", Duration::from_secs(15), || async { fetch(&base_a, &old_long).await == 403 }).await;
+    let body: serde_json::Value = reqwest::get(format!("{base_a}{old_long}")).await.unwrap().json().await.unwrap();
+    assert_eq!(body["code"], "link-expired", "{body}");
+    assert_eq!(fetch(&base_a, &old_short).await, 403);
+    assert_eq!(fetch(&base_a, &new_link).await, 200);
+    w.signal("TERM");
+    assert!(w.wait_exit(LONG).await.success());
+
+    // With a fixed key there is nothing to rotate; a short fixed key is refused at start.
+    let mut cmd = p.command();
+    let out = cmd.args(["keys", "rotate"]).env("EXPORTD_SIGNING_KEY", "k".repeat(40)).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("EXPORTD_SIGNING_KEY is set"));
+    let out = p.command().arg("migrate").env("EXPORTD_SIGNING_KEY", "short").output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 32 bytes"));
+});

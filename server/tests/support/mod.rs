@@ -79,24 +79,13 @@ impl Clock for FixedClock {
 /// The configuration tests run with: short leases, a local store in the test's folder.
 pub fn test_config(database_url: &str, dir: &std::path::Path) -> Config {
     Config {
-        database_url: database_url.to_owned(),
-        store_url: format!("file://{}/objects", dir.display()),
-        deployment_stores: Default::default(),
-        signing_key: None,
         lease: Duration::from_secs(5),
-        link_ttl: Duration::from_secs(300),
-        artifact_ttl: Duration::from_secs(86_400),
-        record_ttl: Duration::from_secs(2_592_000),
-        queue_ttl: Duration::from_secs(86_400),
-        stall: Duration::from_secs(300),
-        max_attempts: 5,
         max_active_per_actor: 1000,
         retry_base: Duration::from_millis(100),
         janitor_every: Duration::from_millis(200),
         sweep_every: Duration::from_millis(500),
         orphan_margin: Duration::ZERO,
-        worker_connections: 32,
-        site_root: "target/site".to_owned(),
+        ..Config::defaults(database_url, &format!("file://{}/objects", dir.display()))
     }
 }
 
@@ -186,10 +175,7 @@ impl TestApp {
         let addr = format!("http://{}", listener.local_addr().expect("addr"));
         let shutdown = CancellationToken::new();
         let router = app_router(state.clone());
-        let token = shutdown.clone();
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, router.into_make_service_with_connect_info::<std::net::SocketAddr>()).with_graceful_shutdown(async move { token.cancelled().await }).await;
-        });
+        let server = tokio::spawn(exportd::server::serve(listener, router, shutdown.clone()));
         let fault_scope = format!("{}/", uuid::Uuid::new_v4().simple());
         let (wakeup, metrics) = (state.wakeup.clone(), state.metrics.clone());
         let mut app = TestApp { addr, db, dir, config, shutdown, backend, database_url, server, worker: None, _pg: pg, fault_scope, wakeup, metrics };
