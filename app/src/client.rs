@@ -228,6 +228,12 @@ fn request_of_form(s: PageSignals) -> ExportRequest {
     };
     request.timezone = f.timezone.get_untracked().trim().to_owned();
     request.options.bom = f.bom.get_untracked();
+    if f.gzip.get_untracked() {
+        request.options.compression = crate::model::Compression::Gzip;
+    }
+    if f.checkpointed.get_untracked() {
+        request.consistency = crate::model::Consistency::Checkpointed;
+    }
     let mut filters = BTreeMap::new();
     let countries: Vec<serde_json::Value> =
         f.countries.get_untracked().split(',').map(|c| c.trim().to_uppercase()).filter(|c| !c.is_empty()).map(Into::into).collect();
@@ -449,10 +455,11 @@ pub fn cancel(s: PageSignals) {
     });
 }
 
-/// Download: mints a fresh link on every click (never re-running the export) and follows it.
-pub fn download(s: PageSignals, id: String) {
+/// Download: mints a fresh link on every click (never re-running the export) and follows it; to
+/// the file or bundle, or to part `part` of a checkpointed export.
+pub fn download(s: PageSignals, id: String, part: Option<i32>) {
     spawn_local(async move {
-        match timed(sfn::download_link(id)).await {
+        match timed(sfn::download_link(id, part)).await {
             Ok(url) => {
                 s.notice.set(None);
                 if let Some(w) = web_sys::window() {

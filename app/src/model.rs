@@ -111,6 +111,34 @@ pub struct ExportOptions {
     /// Start the file with a UTF-8 byte order mark, for spreadsheet software.
     #[serde(default)]
     pub bom: bool,
+    /// `gzip` delivers `.csv.gz` (`application/gzip`) instead of `.csv`.
+    #[serde(default)]
+    pub compression: Compression,
+}
+
+/// How a file is compressed (SPEC §3.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub enum Compression {
+    /// Plain CSV.
+    #[default]
+    None,
+    /// gzip: sizes and digests are of the compressed bytes.
+    Gzip,
+}
+
+/// How an export is read and delivered (SPEC §3.1, §5.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub enum Consistency {
+    /// One snapshot, one file; a crash starts it again.
+    #[default]
+    Snapshot,
+    /// Parts in key order, each read in its own short snapshot and checkpointed, delivered as a
+    /// ZIP bundle with a manifest; a crash resumes after the last checkpointed part.
+    Checkpointed,
 }
 
 fn default_format() -> String {
@@ -150,6 +178,9 @@ pub struct ExportRequest {
     /// File options.
     #[serde(default)]
     pub options: ExportOptions,
+    /// `checkpointed` for exports too large to redo (SPEC §5.1).
+    #[serde(default)]
+    pub consistency: Consistency,
 }
 
 impl ExportRequest {
@@ -163,6 +194,7 @@ impl ExportRequest {
             time_range: TimeRange::default(),
             timezone: default_timezone(),
             options: ExportOptions::default(),
+            consistency: Consistency::default(),
         }
     }
 }
@@ -188,10 +220,17 @@ pub struct ResolvedContract {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Progress {
-    /// Data rows written so far.
+    /// Data rows written so far (of a checkpointed export: its checkpointed parts' and the
+    /// current part's).
     pub rows_written: i64,
-    /// Rows in the snapshot, once counted.
+    /// Rows in the snapshot, once counted (of a checkpointed export: at its first claim).
     pub rows_total: Option<i64>,
+    /// A checkpointed export's checkpointed parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts_done: Option<i64>,
+    /// A checkpointed export's parts in all, as its row count at the first claim gives them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts_expected: Option<i64>,
 }
 
 /// The published file of a ready export.
@@ -208,6 +247,30 @@ pub struct ArtifactView {
     pub expires_at: String,
     /// Whether retention has removed it already.
     pub expired: bool,
+    /// A checkpointed export's parts, in order (its `sha256` is then the manifest's and `bytes`
+    /// the bundle's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<PartView>>,
+}
+
+/// One part of a checkpointed export (SPEC §3.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct PartView {
+    /// 1, 2, …
+    pub index: i64,
+    /// Data rows.
+    pub rows: i64,
+    /// Size in bytes (compressed, with gzip).
+    pub bytes: i64,
+    /// Hex SHA-256 of its bytes.
+    pub sha256: String,
+    /// Its first row's key (`order_id`, `customer_id`); null for a part with no rows.
+    pub first_key: Option<i64>,
+    /// Its last row's key.
+    pub last_key: Option<i64>,
+    /// When its snapshot was taken, RFC 3339 UTC.
+    pub read_at: String,
 }
 
 /// A freshly minted download link.
@@ -395,6 +458,10 @@ pub enum ExportState {
         rows_written: i64,
         /// Rows in the snapshot, once counted.
         rows_total: Option<i64>,
+        /// A checkpointed export's checkpointed parts.
+        parts_done: Option<i64>,
+        /// A checkpointed export's expected parts, once its plan is fixed.
+        parts_expected: Option<i64>,
     },
     /// A temporary failure; a worker tries again at `next_attempt_at`.
     RetryWait {
@@ -411,10 +478,12 @@ pub enum ExportState {
     Ready {
         /// Data rows in the file.
         rows: i64,
-        /// The file's size in bytes.
+        /// The file's size in bytes (a checkpointed export's: its bundle's).
         bytes: i64,
-        /// Hex SHA-256 of the file.
+        /// Hex SHA-256 of the file (a checkpointed export's: its manifest's).
         sha256: String,
+        /// A checkpointed export's parts, each downloadable alone; empty for one file.
+        parts: Vec<PartView>,
     },
     /// The file was removed by retention.
     Expired,
@@ -439,6 +508,8 @@ impl ExportState {
             ExportStatus::Running => ExportState::Running {
                 rows_written: view.progress.rows_written,
                 rows_total: view.progress.rows_total,
+                parts_done: view.progress.parts_done,
+                parts_expected: view.progress.parts_expected,
             },
             ExportStatus::RetryWait => ExportState::RetryWait {
                 next_attempt_at: view.next_attempt_at.clone(),
@@ -447,7 +518,7 @@ impl ExportState {
             ExportStatus::CancelRequested => ExportState::CancelRequested,
             ExportStatus::Cancelled => ExportState::Cancelled,
             ExportStatus::Ready => match &view.artifact {
-                Some(a) if !a.expired => ExportState::Ready { rows: a.rows, bytes: a.bytes, sha256: a.sha256.clone() },
+                Some(a) if !a.expired => ExportState::Ready { rows: a.rows, bytes: a.bytes, sha256: a.sha256.clone(), parts: a.parts.clone().unwrap_or_default() },
                 _ => ExportState::Expired,
             },
             ExportStatus::Failed => match &view.error {

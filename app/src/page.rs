@@ -5,7 +5,7 @@
 //! server renders the same "loading" first state the browser starts from, so hydration matches.
 
 use crate::i18n::*;
-use crate::model::{ExportState, ExportStatus, ExportView, Preset, ProblemField, SessionView};
+use crate::model::{ExportState, ExportStatus, ExportView, PartView, Preset, ProblemField, SessionView};
 use leptos::prelude::*;
 
 /// The page's translations.
@@ -46,6 +46,10 @@ pub struct FormSignals {
     pub max_total: RwSignal<String>,
     /// Start the file with a BOM.
     pub bom: RwSignal<bool>,
+    /// Read and deliver it in parts that resume (`consistency: checkpointed`).
+    pub checkpointed: RwSignal<bool>,
+    /// Compress it (`compression: gzip`).
+    pub gzip: RwSignal<bool>,
     /// The fields a 422 refused, by JSON pointer.
     pub errors: RwSignal<Vec<ProblemField>>,
 }
@@ -197,7 +201,7 @@ pub fn describe(i18n: I18n, state: &ExportState, retry_in: Option<i64>) -> Strin
         ExportState::Submitting => t_string!(i18n, state_submitting).to_string(),
         ExportState::Resuming => t_string!(i18n, state_resuming).to_string(),
         ExportState::Queued => t_string!(i18n, state_queued).to_string(),
-        ExportState::Running { rows_written, rows_total } => match rows_total {
+        ExportState::Running { rows_written, rows_total, .. } => match rows_total {
             Some(total) => t_string!(i18n, state_running_total, written = number(i18n, *rows_written), total = number(i18n, *total)).to_string(),
             None => t_string!(i18n, state_running, written = number(i18n, *rows_written)).to_string(),
         },
@@ -247,6 +251,8 @@ pub fn ExportPage() -> impl IntoView {
         min_total: RwSignal::new(String::new()),
         max_total: RwSignal::new(String::new()),
         bom: RwSignal::new(false),
+        checkpointed: RwSignal::new(false),
+        gzip: RwSignal::new(false),
         errors: RwSignal::new(Vec::new()),
     };
     let s = PageSignals {
@@ -290,7 +296,7 @@ pub fn ExportPage() -> impl IntoView {
     let on_download = move |_| {
         #[cfg(feature = "hydrate")]
         if let Some(id) = s.op_id.get_untracked() {
-            crate::client::download(s, id);
+            crate::client::download(s, id, None);
         }
     };
     let on_retry = move |_| {
@@ -416,6 +422,16 @@ pub fn ExportPage() -> impl IntoView {
                         on:change=move |ev| f.bom.set(event_target_checked(&ev))/>
                     {t!(i18n, bom)}
                 </label>
+                <label class="check">
+                    <input type="checkbox" name="consistency" value="checkpointed" prop:checked=move || f.checkpointed.get()
+                        on:change=move |ev| f.checkpointed.set(event_target_checked(&ev))/>
+                    {t!(i18n, checkpointed)}
+                </label>
+                <label class="check">
+                    <input type="checkbox" name="compression" value="gzip" prop:checked=move || f.gzip.get()
+                        on:change=move |ev| f.gzip.set(event_target_checked(&ev))/>
+                    {t!(i18n, gzip)}
+                </label>
                 <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled()>{t!(i18n, export)}</button>
             </form>
         }
@@ -431,16 +447,25 @@ pub fn ExportPage() -> impl IntoView {
                     {move || describe(i18n, &state.get(), s.retry_in.get())}
                 </div>
                 {move || match state.get() {
-                    ExportState::Running { rows_written, rows_total } => Some(view! {
+                    ExportState::Running { rows_written, rows_total, parts_done, parts_expected } => Some(view! {
                         <div class="progress">
                             <progress data-testid="progress" max=rows_total.unwrap_or(0).max(1) value=rows_written
                                 aria-label=move || t_string!(i18n, rows_written_label).to_string()></progress>
                             <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| t_string!(i18n, rows_per_sec, rate = number(i18n, r.round() as i64)).to_string()).unwrap_or_default()}</span>
+                            {parts_done.map(|done| view! {
+                                <span data-testid="parts-progress" data-done=done data-expected=parts_expected.unwrap_or_default()>{move || match parts_expected {
+                                    Some(expected) => t_string!(i18n, parts_progress_total, done = number(i18n, done), expected = number(i18n, expected)).to_string(),
+                                    None => t_string!(i18n, parts_progress, done = number(i18n, done)).to_string(),
+                                }}</span>
+                            })}
                         </div>
                     }.into_any()),
-                    ExportState::Ready { sha256, .. } => Some(view! {
+                    ExportState::Ready { sha256, parts, .. } => Some(view! {
                         <p class="digest">"SHA-256 " <code data-testid="sha256">{sha256}</code></p>
-                        <button type="button" data-testid="download" on:click=on_download>{t!(i18n, download)}</button>
+                        <button type="button" data-testid="download" on:click=on_download>
+                            {if parts.is_empty() { t!(i18n, download).into_any() } else { t!(i18n, download_bundle).into_any() }}
+                        </button>
+                        {(!parts.is_empty()).then(|| parts_view(i18n, s, parts))}
                     }.into_any()),
                     ExportState::Failed { code, support_ref, retryable, .. } => Some(view! {
                         <p class="reason">{t!(i18n, reason)} " " <code data-testid="failure-code">{code}</code>
@@ -503,6 +528,36 @@ pub fn ExportPage() -> impl IntoView {
     }
 }
 
+/// A ready checkpointed export's parts, each with its own download.
+fn parts_view(i18n: I18n, s: PageSignals, parts: Vec<PartView>) -> impl IntoView {
+    view! {
+        <details class="parts" data-testid="parts">
+            <summary>{t!(i18n, parts_heading)}</summary>
+            <ol>
+                {parts.into_iter().map(|p| {
+                    let index = p.index as i32;
+                    let on_click = move |_| {
+                        #[cfg(feature = "hydrate")]
+                        if let Some(id) = s.op_id.get_untracked() {
+                            crate::client::download(s, id, Some(index));
+                        }
+                        #[cfg(not(feature = "hydrate"))]
+                        let _ = (&s, index);
+                    };
+                    view! {
+                        <li>
+                            <button type="button" class="link" data-testid="part-download" data-part=index on:click=on_click>
+                                {move || t_string!(i18n, part_download, index = number(i18n, i64::from(index))).to_string()}
+                            </button>
+                            " " {move || t_string!(i18n, part_rows, rows = number(i18n, p.rows), size = human_bytes(p.bytes)).to_string()}
+                        </li>
+                    }
+                }).collect_view()}
+            </ol>
+        </details>
+    }
+}
+
 fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     let state = ExportState::from_view(&v);
     let range = format!("{} – {}", v.resolved.from.get(..10).unwrap_or(""), v.resolved.to.get(..10).unwrap_or(""));
@@ -514,7 +569,7 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
         ExportState::Ready { .. } => {
             let on_click = move |_| {
                 #[cfg(feature = "hydrate")]
-                crate::client::download(s, id.clone());
+                crate::client::download(s, id.clone(), None);
                 #[cfg(not(feature = "hydrate"))]
                 let _ = (&s, &id);
             };

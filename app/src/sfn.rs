@@ -91,8 +91,8 @@ pub mod backend {
         fn list_exports(&self, parts: Parts, cursor: Option<String>) -> BoxFuture<'_, Result<ExportList, Problem>>;
         /// Cancels the caller's export.
         fn cancel_export(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ExportView, Problem>>;
-        /// A fresh download link of the caller's ready export.
-        fn download_link(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<String, Problem>>;
+        /// A fresh download link of the caller's ready export: its file or bundle, or part `part`.
+        fn download_link(&self, parts: Parts, id: String, part: Option<i32>) -> BoxFuture<'_, Result<String, Problem>>;
     }
 
     /// The backend as context.
@@ -147,9 +147,10 @@ pub async fn cancel_export(id: String) -> Result<ExportView, Problem> {
     backend.0.cancel_export(parts, id).await
 }
 
-/// A freshly minted link to the file of the caller's ready export `id`; never runs it again.
+/// A freshly minted link to the file (or bundle) of the caller's ready export `id`, or to its
+/// part `part` (1, 2, …) when given; never runs it again.
 #[server(prefix = "/sfn", endpoint = "download_link", input = Json, output = Json)]
-pub async fn download_link(id: String) -> Result<String, Problem> {
+pub async fn download_link(id: String, part: Option<i32>) -> Result<String, Problem> {
     let (backend, parts) = backend::current()?;
-    backend.0.download_link(parts, id).await
+    backend.0.download_link(parts, id, part).await
 }

@@ -12,6 +12,7 @@ mod m20261203_000004_claim_index;
 mod m20261203_000005_announce_trigger;
 mod m20261203_000006_claim_order_index;
 mod m20261204_000007_operations;
+mod m20261204_000008_checkpoints;
 
 /// The ordered list of exportd's migrations.
 pub struct Migrator;
@@ -27,6 +28,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000005_announce_trigger::Migration),
             Box::new(m20261203_000006_claim_order_index::Migration),
             Box::new(m20261204_000007_operations::Migration),
+            Box::new(m20261204_000008_checkpoints::Migration),
         ]
     }
 }

@@ -33,6 +33,9 @@ pub struct Config {
     pub record_ttl: Duration,
     /// How long a job may wait for a worker.
     pub queue_ttl: Duration,
+    /// Rows per part of a checkpointed export, fixed at its first claim (`EXPORTD_PART_ROWS`,
+    /// default 1,000,000).
+    pub part_rows: u64,
     /// How long a running attempt may go without progress (rows, bytes uploaded, digest read,
     /// copy) before its worker ends it `stalled`; the janitor ends it after this plus a lease
     /// (`EXPORTD_STALL_SECS`, default 300).
@@ -134,6 +137,7 @@ impl Config {
             record_ttl: Duration::from_secs(number("EXPORTD_RECORD_TTL_SECS", 2_592_000)?),
             queue_ttl: Duration::from_secs(number("EXPORTD_QUEUE_TTL_SECS", 86_400)?),
             stall: Duration::from_secs(number("EXPORTD_STALL_SECS", 300)?.max(1)),
+            part_rows: number("EXPORTD_PART_ROWS", 1_000_000)?.max(1),
             max_attempts: i32::try_from(number("EXPORTD_MAX_ATTEMPTS", 5)?).unwrap_or(i32::MAX),
             max_active_per_actor: number("EXPORTD_MAX_ACTIVE_PER_ACTOR", 10)?,
             retry_base: Duration::from_millis(number("EXPORTD_RETRY_BASE_MS", 1000)?.max(1)),
@@ -161,6 +165,7 @@ impl Config {
             record_ttl: Duration::from_secs(2_592_000),
             queue_ttl: Duration::from_secs(86_400),
             stall: Duration::from_secs(300),
+            part_rows: 1_000_000,
             max_attempts: 5,
             max_active_per_actor: 10,
             retry_base: Duration::from_millis(1000),

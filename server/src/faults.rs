@@ -9,7 +9,9 @@
 //! validated), `before_publish` (after the ownership fence, just before the copy into
 //! `exports/`), `after_publish`, `before_release`, `release_before_commit` (inside the
 //! release's transaction, after its UPDATE), `after_release`, and `before_end_attempt` (on the
-//! failure path, before the transition).
+//! failure path, before the transition). A checkpointed export meets, for each part,
+//! `each_chunk`, `mid_stream`, `after_part_staged` (streamed, before its check) and
+//! `after_checkpoint` (its checkpoint committed), then `before_release` and the rest.
 //!
 //! They are configured with the `fail` crate: `FAILPOINTS=after_publish=return(crash)` in a
 //! process's environment, or `fail::cfg` / `fail::cfg_callback` in-process. `return(crash)`

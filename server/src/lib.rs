@@ -5,6 +5,7 @@
 //! layer (`exports::service`), where each rule of the product contract lives once.
 
 pub mod auth;
+pub mod bundle;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -65,6 +65,9 @@ pub struct LinkQuery {
     pub k: String,
     /// Hex HMAC-SHA256.
     pub s: String,
+    /// The part of a checkpointed export the link is for; absent: its file or bundle.
+    #[serde(default)]
+    pub p: Option<i32>,
 }
 
 /// What a valid link grants.
@@ -76,6 +79,8 @@ pub struct LinkGrant {
     pub sha256: String,
     /// Who minted it.
     pub actor_id: String,
+    /// The part it is for, if it is for one.
+    pub part: Option<i32>,
 }
 
 async fn read_keyring<C: ConnectionTrait>(db: &C) -> Result<Keyring, DbErr> {
@@ -117,21 +122,25 @@ impl LinkSigner {
         Ok(fresh)
     }
 
-    fn mac(keyring: &Keyring, kid: &str, export_id: &str, sha256: &str, actor_id: &str, expires: i64) -> Option<HmacSha256> {
+    fn mac(keyring: &Keyring, kid: &str, export_id: &str, sha256: &str, actor_id: &str, expires: i64, part: Option<i32>) -> Option<HmacSha256> {
         let key = keyring.keys.get(kid)?;
         let mut mac = HmacSha256::new_from_slice(&key.secret).ok()?;
         mac.update(format!("exportd-link-v1\n{export_id}\n{sha256}\n{actor_id}\n{expires}\n{kid}").as_bytes());
+        if let Some(part) = part {
+            mac.update(format!("\npart {part}").as_bytes());
+        }
         Some(mac)
     }
 
-    /// A link for `actor_id` to download the artifact `sha256` of `export_id` until `expires`
-    /// (epoch seconds), signed with the current key.
-    pub async fn mint(&self, export_id: &str, sha256: &str, actor_id: &str, expires: i64) -> Result<String, AppError> {
+    /// A link for `actor_id` to download the artifact `sha256` of `export_id` (or its part
+    /// `part`) until `expires` (epoch seconds), signed with the current key.
+    pub async fn mint(&self, export_id: &str, sha256: &str, actor_id: &str, expires: i64, part: Option<i32>) -> Result<String, AppError> {
         let keyring = self.keyring(KEYS_READ_EVERY).await?;
-        let mac = Self::mac(&keyring, &keyring.current, export_id, sha256, actor_id, expires)
+        let mac = Self::mac(&keyring, &keyring.current, export_id, sha256, actor_id, expires, part)
             .ok_or_else(|| AppError::Internal("the current signing key is missing".into()))?;
         let sig = hex::encode(mac.finalize().into_bytes());
-        Ok(format!("/files/{export_id}?d={sha256}&a={actor_id}&e={expires}&k={}&s={sig}", keyring.current))
+        let part = part.map(|p| format!("&p={p}")).unwrap_or_default();
+        Ok(format!("/files/{export_id}?d={sha256}&a={actor_id}&e={expires}&k={}&s={sig}{part}", keyring.current))
     }
 
     /// Checks a link at `now` (epoch seconds): signature first, in constant time, then expiry,
@@ -143,7 +152,7 @@ impl LinkSigner {
             keyring = self.keyring(UNKNOWN_KEY_READ_EVERY).await?;
         }
         let sig = hex::decode(&q.s).map_err(|_| AppError::LinkInvalid)?;
-        let mac = Self::mac(&keyring, &q.k, export_id, &q.d, &q.a, q.e).ok_or(AppError::LinkInvalid)?;
+        let mac = Self::mac(&keyring, &q.k, export_id, &q.d, &q.a, q.e, q.p).ok_or(AppError::LinkInvalid)?;
         mac.verify_slice(&sig).map_err(|_| AppError::LinkInvalid)?;
         if now >= q.e {
             return Err(AppError::LinkExpired);
@@ -152,7 +161,7 @@ impl LinkSigner {
         if retired_long_ago {
             return Err(AppError::LinkExpired);
         }
-        Ok(LinkGrant { export_id: export_id.to_owned(), sha256: q.d.clone(), actor_id: q.a.clone() })
+        Ok(LinkGrant { export_id: export_id.to_owned(), sha256: q.d.clone(), actor_id: q.a.clone(), part: q.p })
     }
 }
 
@@ -186,7 +195,7 @@ mod tests {
     fn query(link: &str) -> (String, LinkQuery) {
         let (path, qs) = link.split_once('?').unwrap();
         let id = path.trim_start_matches("/files/").to_owned();
-        let mut q = LinkQuery { d: String::new(), a: String::new(), e: 0, k: String::new(), s: String::new() };
+        let mut q = LinkQuery { d: String::new(), a: String::new(), e: 0, k: String::new(), s: String::new(), p: None };
         for pair in qs.split('&') {
             let (k, v) = pair.split_once('=').unwrap();
             match k {
@@ -195,6 +204,7 @@ mod tests {
                 "e" => q.e = v.parse().unwrap(),
                 "k" => q.k = v.into(),
                 "s" => q.s = v.into(),
+                "p" => q.p = v.parse().ok(),
                 _ => {}
             }
         }
@@ -204,7 +214,7 @@ mod tests {
     #[tokio::test]
     async fn a_minted_link_checks_until_it_expires() {
         let s = signer(&[("k1", "secret", None)], 300);
-        let (id, q) = query(&s.mint("exp_1", "ab", "u1", 100).await.unwrap());
+        let (id, q) = query(&s.mint("exp_1", "ab", "u1", 100, None).await.unwrap());
         assert_eq!(s.check(&id, &q, 99).await.unwrap().actor_id, "u1");
         assert!(matches!(s.check(&id, &q, 100).await, Err(AppError::LinkExpired)));
     }
@@ -212,7 +222,7 @@ mod tests {
     #[tokio::test]
     async fn any_tampered_part_makes_the_link_invalid() {
         let s = signer(&[("k1", "secret", None)], 300);
-        let (id, q) = query(&s.mint("exp_1", "ab", "u1", 100).await.unwrap());
+        let (id, q) = query(&s.mint("exp_1", "ab", "u1", 100, None).await.unwrap());
         assert!(matches!(s.check("exp_2", &q, 1).await, Err(AppError::LinkInvalid)));
         for tamper in [
             |q: &mut LinkQuery| q.d = "cd".into(),
@@ -220,8 +230,9 @@ mod tests {
             |q: &mut LinkQuery| q.e = 1000,
             |q: &mut LinkQuery| q.k = "k2".into(),
             |q: &mut LinkQuery| q.s = "00".into(),
+            |q: &mut LinkQuery| q.p = Some(2),
         ] {
-            let (_, mut q2) = query(&s.mint("exp_1", "ab", "u1", 100).await.unwrap());
+            let (_, mut q2) = query(&s.mint("exp_1", "ab", "u1", 100, None).await.unwrap());
             tamper(&mut q2);
             assert!(matches!(s.check(&id, &q2, 1).await, Err(AppError::LinkInvalid)));
         }
@@ -231,11 +242,11 @@ mod tests {
     async fn a_link_of_a_retired_key_checks_for_one_link_lifetime_after_the_rotation_and_never_after() {
         // Minted under k1 with a long lifetime (an older configuration), then k1 was retired at 1,000 s.
         let before = signer(&[("k1", "secret-one", None)], 600);
-        let (id, q) = query(&before.mint("exp_1", "ab", "u1", 10_000).await.unwrap());
+        let (id, q) = query(&before.mint("exp_1", "ab", "u1", 10_000, None).await.unwrap());
         let after = signer(&[("k1", "secret-one", Some(1_000_000)), ("k2", "secret-two", None)], 600);
         assert_eq!(after.check(&id, &q, 1_500).await.unwrap().actor_id, "u1", "within a link's lifetime of the rotation");
         assert!(matches!(after.check(&id, &q, 1_601).await, Err(AppError::LinkExpired)), "a key retired longer ago signs nothing");
-        let (_, fresh) = query(&after.mint("exp_1", "ab", "u1", 10_000).await.unwrap());
+        let (_, fresh) = query(&after.mint("exp_1", "ab", "u1", 10_000, None).await.unwrap());
         assert_eq!(fresh.k, "k2", "new links use the new key");
     }
 }

@@ -42,7 +42,9 @@ fn return_large_buffers_to_the_system() {
 async fn async_main() -> ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EXPORTD_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal: a log file or a collector gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // One JSON object per line, with the fields of every enclosing span (the request id).
     if std::env::var("EXPORTD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
         logs.json().with_current_span(true).with_span_list(true).init();

@@ -178,6 +178,11 @@ pub async fn cancel_job(db: &sea_orm::DatabaseConnection, id: &str) -> Answer {
 /// `exportd jobs redrive`: a failed operation back to `queued`, in its own deployment.
 pub async fn redrive_job(db: &sea_orm::DatabaseConnection, id: &str) -> Answer {
     use crate::job_store::transitions::{self, Outcome};
+    let failed = crate::entities::exports::Entity::find_by_id(id.to_owned()).one(db).await.map_err(database)?.is_some_and(|m| m.status == "failed");
+    if failed {
+        // What its steps produced may have been swept since it failed: it starts again.
+        crate::job_store::checkpoints::forget(db, id).await.map_err(database)?;
+    }
     match transitions::redrive(db, id).await.map_err(database)? {
         Outcome::Moved(row) => Ok(format!("{id}: {} (deployment {})\n", row.status, row.deployment)),
         Outcome::NotMoved(now) => match now.status {

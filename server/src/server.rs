@@ -63,6 +63,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/exports/{id}/cancel", post(controllers::exports::cancel))
         .route("/exports/{id}", get(controllers::exports::show))
         .route("/exports/{id}/download", get(controllers::downloads::download))
+        .route("/exports/{id}/parts/{n}/download", get(controllers::downloads::download_part))
         .route("/openapi.json", get(controllers::openapi::openapi_json))
         .fallback(unknown_api_route)
         .method_not_allowed_fallback(method_not_allowed);

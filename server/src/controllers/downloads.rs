@@ -1,13 +1,14 @@
-//! Downloads: minting a link (`/api/exports/{id}/download`) and serving one (`/files/{id}`).
+//! Downloads: minting a link (`/api/exports/{id}/download`, `/api/exports/{id}/parts/{n}/download`)
+//! and serving one (`/files/{id}`): a file, a part, or a checkpointed export's bundle.
 
 use crate::auth::Actor;
 use crate::error::AppError;
-use crate::exports::service;
+use crate::exports::service::{self, Served};
 use crate::links::LinkQuery;
 use crate::server::AppState;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use super::ids::{ExportIdPath, LinkIdPath};
+use super::ids::{ExportIdPath, ExportPartPath, LinkIdPath};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,14 +16,27 @@ use base64::Engine;
 use futures::TryStreamExt;
 use object_store::{GetOptions, GetRange};
 
-/// `GET /api/exports/{id}/download`: 303 to a freshly minted link.
+/// `GET /api/exports/{id}/download`: 303 to a freshly minted link to the file (or, for a
+/// checkpointed export, its bundle).
 #[utoipa::path(get, path = "/api/exports/{id}/download", tag = "downloads",
     params(("id" = String, Path, description = "exp_…")),
     responses((status = 303, description = "To a freshly minted link", headers(("Location" = String))), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"), (status = 403, description = "permission-revoked", body = app::Problem, content_type = "application/problem+json"), (status = 404, description = "export-not-found", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-not-ready", body = app::Problem, content_type = "application/problem+json"), (status = 410, description = "artifact-expired", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn download(State(state): State<AppState>, actor: Actor, ExportIdPath(id): ExportIdPath) -> Result<Response, AppError> {
-    let url = service::download_link(&state, &actor, &id).await?;
+    see_other(&service::download_link(&state, &actor, &id, Served::Artifact).await?)
+}
+
+/// `GET /api/exports/{id}/parts/{n}/download`: 303 to a freshly minted link to part `n` of a
+/// checkpointed export (SPEC §5.1): the bundle's answers, and 404 for a part that does not exist.
+#[utoipa::path(get, path = "/api/exports/{id}/parts/{n}/download", tag = "downloads",
+    params(("id" = String, Path, description = "exp_…"), ("n" = i32, Path, minimum = 1, description = "the part's index, from 1")),
+    responses((status = 303, description = "To a freshly minted link to the part", headers(("Location" = String))), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"), (status = 403, description = "permission-revoked", body = app::Problem, content_type = "application/problem+json"), (status = 404, description = "export-not-found: no such export, or no such part", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-not-ready", body = app::Problem, content_type = "application/problem+json"), (status = 410, description = "artifact-expired", body = app::Problem, content_type = "application/problem+json")))]
+pub async fn download_part(State(state): State<AppState>, actor: Actor, ExportPartPath(id, n): ExportPartPath) -> Result<Response, AppError> {
+    see_other(&service::download_link(&state, &actor, &id, Served::Part(n)).await?)
+}
+
+fn see_other(url: &str) -> Result<Response, AppError> {
     let mut resp = StatusCode::SEE_OTHER.into_response();
-    let location = HeaderValue::from_str(&url).map_err(|e| AppError::Internal(e.to_string()))?;
+    let location = HeaderValue::from_str(url).map_err(|e| AppError::Internal(e.to_string()))?;
     resp.headers_mut().insert(header::LOCATION, location);
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
     Ok(resp)
@@ -73,13 +87,15 @@ fn requested_part(method: &Method, headers: &HeaderMap, len: u64, etag: &str) ->
     }
 }
 
-/// `GET /files/{id}?…` (and `HEAD`): the bytes of a ready artifact, after checking the link and
+/// `GET /files/{id}?…` (and `HEAD`): the bytes of a ready artifact (a file, a part, or a
+/// checkpointed export's bundle, streamed from its parts), after checking the link and
 /// re-checking the minting actor's authority; a `Range` gives one part of it.
 #[utoipa::path(get, path = "/files/{id}", tag = "downloads",
     params(("id" = String, Path), ("d" = String, Query, description = "artifact digest"), ("a" = String, Query, description = "minting actor"),
-        ("e" = i64, Query, description = "expiry, epoch seconds"), ("k" = String, Query, description = "key id"), ("s" = String, Query, description = "signature"),
+        ("e" = i64, Query, description = "expiry, epoch seconds"), ("k" = String, Query, description = "key id"), ("p" = Option<i32>, Query, description = "the part, for a link to one part"), ("s" = String, Query, description = "signature"),
         ("Range" = Option<String>, Header, description = "one byte range (RFC 9110 §14)"), ("If-Range" = Option<String>, Header, description = "the ETag the range is for")),
-    responses((status = 200, description = "The CSV", content_type = "text/csv"), (status = 206, description = "One range of the CSV", content_type = "text/csv"),
+    responses((status = 200, description = "The CSV (text/csv), gzipped CSV (application/gzip) or bundle (application/zip)", content((String = "text/csv"), (String = "application/gzip"), (String = "application/zip"))),
+        (status = 206, description = "One range of it", content((String = "text/csv"), (String = "application/gzip"), (String = "application/zip"))),
         (status = 403, description = "link-invalid, link-expired or permission-revoked", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-not-ready", body = app::Problem, content_type = "application/problem+json"), (status = 410, description = "artifact-expired", body = app::Problem, content_type = "application/problem+json"),
         (status = 416, description = "range-not-satisfiable", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn serve_link(
@@ -91,43 +107,63 @@ pub async fn serve_link(
 ) -> Result<Response, AppError> {
     let Query(query) = query.map_err(|_| AppError::LinkInvalid)?;
     let grant = state.links.check(&id, &query, state.now_ms() / 1000).await?;
-    let service::LinkedArtifact { export: m, store, key, len } = service::open_link(&state, &grant).await?;
+    let linked = service::open_link(&state, &grant).await?;
     let gone = service::artifact_gone;
-    let etag = format!("\"{}\"", grant.sha256);
+    let len = linked.len;
+    let etag = format!("\"{}\"", linked.etag_sha256);
     let part = requested_part(&method, &headers, len, &etag)?;
 
     let body = if method == Method::HEAD {
-        // The same answer as a GET, without reading the file or recording a download.
-        store.objects().head(&key).await.map_err(gone)?;
+        // The same answer as a GET, without reading the bytes or recording a download.
+        if let service::Body::Object(key) = &linked.body {
+            linked.store.objects().head(key).await.map_err(gone)?;
+        }
         Body::empty()
     } else {
-        let range = match part {
-            Part::Whole => None,
-            Part::Range(first, last) => Some(GetRange::Bounded(first..last + 1)),
+        let stream = match &linked.body {
+            service::Body::Object(key) => {
+                let range = match part {
+                    Part::Whole => None,
+                    Part::Range(first, last) => Some(GetRange::Bounded(first..last + 1)),
+                };
+                linked.store.objects().get_opts(key, GetOptions { range, ..Default::default() }).await.map_err(gone)?.into_stream()
+            }
+            // The bundle's own bytes are made from the checkpoints, and its parts read in ranges
+            // from the store as the client takes them: nothing is copied or held whole.
+            service::Body::Bundle(bundle) => {
+                let range = match part {
+                    Part::Whole => 0..len,
+                    Part::Range(first, last) => first..last + 1,
+                };
+                linked.store.stream_pieces(bundle.pieces(range))
+            }
         };
-        let object = store.objects().get_opts(&key, GetOptions { range, ..Default::default() }).await.map_err(gone)?;
+        let what = match linked.served {
+            Served::Artifact => "downloaded".to_owned(),
+            Served::Part(n) => format!("downloaded part {n}"),
+        };
         let detail = match part {
-            Part::Whole => "downloaded".to_owned(),
-            Part::Range(first, last) => format!("downloaded bytes {first}-{last}"),
+            Part::Whole => what,
+            Part::Range(first, last) => format!("{what}: bytes {first}-{last}"),
         };
-        service::record_download(&state, &m, &grant.actor_id, &detail).await?;
-        Body::from_stream(object.into_stream().map_err(std::io::Error::other))
+        service::record_download(&state, &linked.export, &grant.actor_id, &detail).await?;
+        Body::from_stream(stream.map_err(std::io::Error::other))
     };
 
-    let digest = hex::decode(&grant.sha256).map_err(|e| AppError::Internal(e.to_string()))?;
-    let filename = service::download_filename(&m);
+    let digest = hex::decode(&linked.digest).map_err(|e| AppError::Internal(e.to_string()))?;
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
-    h.insert(header::CONTENT_DISPOSITION, header_value(&format!("attachment; filename=\"{filename}\""))?);
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(linked.media_type));
+    h.insert(header::CONTENT_DISPOSITION, header_value(&format!("attachment; filename=\"{}\"", linked.filename))?);
     h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(header::ETAG, header_value(&etag)?);
-    // RFC 9530: the file's digest is the representation's (Repr-Digest), on a part too, so a
+    // RFC 9530: the digest of the whole representation (Repr-Digest), on a range too, so a
     // resumed download checks what it assembled; it is also the content's (Content-Digest) only
-    // when the whole file is sent.
+    // when all of it is sent. A bundle's digest is of its bytes (computed once, at release), its
+    // ETag the manifest's digest.
     let digest = header_value(&format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(digest)))?;
     h.insert("repr-digest", digest.clone());
     match part {

@@ -30,3 +30,20 @@ impl<S: Send + Sync> FromRequestParts<S> for LinkIdPath {
         }
     }
 }
+
+/// The `{id}` and `{n}` of `/api/exports/{id}/parts/{n}/download`; an id that does not decode or
+/// a part number that is not a positive decimal integer is `export-not-found` (no such part).
+pub struct ExportPartPath(pub String, pub i32);
+
+impl<S: Send + Sync> FromRequestParts<S> for ExportPartPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<ExportPartPath, AppError> {
+        let Ok(Path((id, n))) = Path::<(String, String)>::from_request_parts(parts, state).await else { return Err(AppError::ExportNotFound) };
+        // Digits only: `+1` or ` 1` parse as 1 in Rust, but name no part.
+        match n.parse::<i32>() {
+            Ok(index) if index >= 1 && n.bytes().all(|b| b.is_ascii_digit()) => Ok(ExportPartPath(id, index)),
+            _ => Err(AppError::ExportNotFound),
+        }
+    }
+}

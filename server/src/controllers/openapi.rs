@@ -16,6 +16,7 @@ use utoipa::OpenApi;
         super::exports::show,
         super::exports::cancel,
         super::downloads::download,
+        super::downloads::download_part,
         super::downloads::serve_link,
         super::health::healthz,
         super::health::readyz,

@@ -59,8 +59,9 @@ impl PageBackend for PageFunctions {
         })
     }
 
-    fn download_link(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<String, Problem>> {
-        self.as_actor(parts, move |state, actor| async move { service::download_link(state, &actor, &id).await })
+    fn download_link(&self, parts: Parts, id: String, part: Option<i32>) -> BoxFuture<'_, Result<String, Problem>> {
+        let served = part.map_or(service::Served::Artifact, service::Served::Part);
+        self.as_actor(parts, move |state, actor| async move { service::download_link(state, &actor, &id, served).await })
     }
 }
 

@@ -45,6 +45,13 @@ pub struct Model {
     pub finished_at: Option<i64>,
     /// When the running attempt last made progress (database clock); set at claim.
     pub last_progress_at: Option<i64>,
+    /// The number of the job's last checkpoint (0: none).
+    pub checkpoint_seq: i32,
+    /// What the first attempt of a job that checkpoints fixed for every later one, as JSON.
+    #[sea_orm(column_type = "Text")]
+    pub checkpoint_plan: Option<String>,
+    /// A checkpointed export's bundle: the SHA-256 of its bytes (`Content-Digest`), hex.
+    pub bundle_digest: Option<String>,
 }
 
 /// No relations are navigated through the ORM; queries join explicitly.

@@ -6,6 +6,7 @@ pub mod deployment_stores;
 pub mod export_events;
 pub mod login_throttle;
 pub mod exports;
+pub mod job_checkpoints;
 pub mod orders;
 pub mod sessions;
 pub mod settings;

@@ -5,6 +5,7 @@ pub mod canonical;
 pub mod context;
 pub mod ids;
 pub mod key;
+pub mod parts;
 pub mod reports;
 pub mod resolve;
 pub mod service;

@@ -7,14 +7,15 @@ use super::key::IdempotencyKey;
 use super::reports::find_report;
 use super::resolve::resolve;
 use super::validate::{control_characters, validate};
-use super::view::{resolved_of, status_of, to_view};
+use super::view::{request_of, resolved_of, status_of, to_view};
 use crate::auth::{Actor, Role};
 use crate::clock::rfc3339;
 use crate::entities::{exports, users};
 use crate::job_store::transitions::{self, Outcome};
 use crate::job_store::{audit, Mover};
 use crate::error::AppError;
-use app::{DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
+use super::parts::PartRecord;
+use app::{Compression, Consistency, DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
 use sea_orm::sea_query::{Expr, OnConflict, Query};
 use sea_orm::{ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde_json::Value;
@@ -49,6 +50,21 @@ fn typed_request(value: Value) -> Result<ExportRequest, AppError> {
         let pointer = json_pointer(e.path());
         AppError::InvalidRequest(vec![crate::error::FieldError::new(pointer, e.inner().to_string())])
     })
+}
+
+/// The fingerprint of a request (SPEC §3.1): of the intent with its defaults filled in, except the
+/// fields added later (`consistency`, `options.compression`), which enter it only when they
+/// differ from their default, so operations and stored browser intents made before they existed
+/// still replay.
+fn fingerprint_of(request: &ExportRequest) -> Result<String, serde_json::Error> {
+    let mut value = serde_json::to_value(request)?;
+    if request.consistency == app::Consistency::default() {
+        value.as_object_mut().map(|r| r.remove("consistency"));
+    }
+    if request.options.compression == app::Compression::default() {
+        value.get_mut("options").and_then(|o| o.as_object_mut()).map(|o| o.remove("compression"));
+    }
+    Ok(fingerprint(&value))
 }
 
 /// The JSON pointer (RFC 6901) of a place in a request: `/columns/0`, with `~` and `/` in names
@@ -110,7 +126,7 @@ pub async fn create_export(state: &ServiceContext, actor: &Actor, key: &Idempote
 async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw: Value) -> Result<CreateOutcome, AppError> {
     ensure_may_export(actor)?;
     let typed = typed_request(raw.clone());
-    let fp = typed.as_ref().ok().map(|r| serde_json::to_value(r).map(|v| fingerprint(&v))).transpose()
+    let fp = typed.as_ref().ok().map(fingerprint_of).transpose()
         .map_err(|e| AppError::Internal(format!("request serialisation: {e}")))?;
 
     if let Some(existing) = find_by_key(&state.db, actor, key).await? {
@@ -197,7 +213,7 @@ async fn insert_new(
         state.wakeup.wake();
         // The row as inserted: a worker may claim it at once, but the answer to this request
         // is the operation as it was accepted.
-        return Ok(CreateOutcome::Created(to_view(&row, None)?));
+        return Ok(CreateOutcome::Created(to_view(&row, None, None)?));
     }
     let stored = find_by_key(&state.db, actor, key)
         .await?
@@ -219,33 +235,84 @@ pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Re
         .ok_or(AppError::ExportNotFound)
 }
 
-/// The name a downloaded file is saved under.
-pub fn download_filename(m: &exports::Model) -> String {
-    format!("{}-{}.csv", m.report, m.id)
+/// What a download serves: the export's file, one part of a checkpointed export, or the bundle
+/// of a checkpointed export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// The file of a snapshot export, or the bundle of a checkpointed one.
+    Artifact,
+    /// Part `n` (1, 2, …) of a checkpointed export.
+    Part(i32),
 }
 
-/// A link for `actor` to the artifact of a ready export, if they may download it now: on S3 a
-/// presigned GET (the store cannot re-check authority, so the link's lifetime is the bound), on a
-/// local folder a signed `/files/…` link that re-checks authority when it is used. Either lasts
-/// `EXPORTD_LINK_TTL_SECS`.
-async fn mint_download(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> Result<Option<DownloadView>, AppError> {
-    let (Some(sha), Some(key), Ok(ExportStatus::Ready)) = (&m.artifact_sha256, &m.artifact_key, status_of(m)) else { return Ok(None) };
+fn is_checkpointed(m: &exports::Model) -> Result<bool, AppError> {
+    Ok(request_of(m)?.consistency == Consistency::Checkpointed)
+}
+
+fn compressed(m: &exports::Model) -> Result<bool, AppError> {
+    Ok(request_of(m)?.options.compression == Compression::Gzip)
+}
+
+/// The name a downloaded file is saved under, and its media type.
+pub fn download_name(m: &exports::Model, served: Served) -> Result<(String, &'static str), AppError> {
+    let extension = if compressed(m)? { "csv.gz" } else { "csv" };
+    let media = if compressed(m)? { "application/gzip" } else { "text/csv; charset=utf-8" };
+    Ok(match (served, is_checkpointed(m)?) {
+        (Served::Part(n), _) => (format!("{}-{}-part-{n:05}.{extension}", m.report, m.id), media),
+        (Served::Artifact, true) => (format!("{}-{}.zip", m.report, m.id), "application/zip"),
+        (Served::Artifact, false) => (format!("{}-{}.{extension}", m.report, m.id), media),
+    })
+}
+
+/// A ready checkpointed export's parts, from its checkpoints; `None` for any other export.
+pub async fn parts_of(state: &ServiceContext, m: &exports::Model) -> Result<Option<Vec<PartRecord>>, AppError> {
+    if !is_checkpointed(m)? || status_of(m)? != ExportStatus::Ready {
+        return Ok(None);
+    }
+    let checkpointed = crate::job_store::checkpoints::of_job(&state.db, &m.id).await?;
+    Ok(Some(super::parts::from_checkpoints(&checkpointed).map_err(AppError::Internal)?))
+}
+
+/// A link for `actor` to what `served` names of a ready export, if they may download it now,
+/// lasting `EXPORTD_LINK_TTL_SECS`. A file or a part on S3: a presigned GET (the store cannot
+/// re-check authority, so the link's lifetime is the bound). Anything on a local folder, and a
+/// bundle anywhere (exportd serves it, streamed from its parts): a signed `/files/…` link that
+/// re-checks authority when it is used.
+async fn mint_download(state: &ServiceContext, actor: &Actor, m: &exports::Model, served: Served) -> Result<Option<DownloadView>, AppError> {
+    let (Some(sha), Some(artifact), Ok(ExportStatus::Ready)) = (&m.artifact_sha256, &m.artifact_key, status_of(m)) else { return Ok(None) };
     if m.artifact_expired || !role_covers(actor.role, &m.report, &resolved_of(m)?) {
         return Ok(None);
     }
+    let key = match served {
+        Served::Artifact => artifact.clone(),
+        Served::Part(n) => match parts_of(state, m).await?.and_then(|parts| parts.into_iter().find(|p| p.index == n)) {
+            Some(part) => part.key,
+            None => return Ok(None),
+        },
+    };
     let ttl = state.config.link_ttl;
     let expires = (state.now_ms() + ttl.as_millis() as i64) / 1000;
     let store = state.stores.for_deployment(&state.db, &m.deployment).await?;
+    let bundle = served == Served::Artifact && is_checkpointed(m)?;
+    let part = match served {
+        Served::Part(n) => Some(n),
+        Served::Artifact => None,
+    };
     let url = match store.presigner() {
-        Some(presigner) => presigner.get(key, ttl, &download_filename(m)),
-        None => state.links.mint(&m.id, sha, &actor.user_id, expires).await?,
+        Some(presigner) if !bundle => {
+            let (filename, media) = download_name(m, served)?;
+            presigner.get(&key, ttl, &filename, media)
+        }
+        _ => state.links.mint(&m.id, sha, &actor.user_id, expires, part).await?,
     };
     Ok(Some(DownloadView { url, expires_at: rfc3339(expires * 1000) }))
 }
 
-/// The view of an export as `actor` sees it: with a fresh link when they may download it.
+/// The view of an export as `actor` sees it: with a fresh link when they may download it, and a
+/// ready checkpointed export's parts.
 async fn view_for(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> Result<ExportView, AppError> {
-    to_view(m, mint_download(state, actor, m).await?)
+    let parts = parts_of(state, m).await?.map(|parts| parts.iter().map(PartRecord::view).collect());
+    to_view(m, mint_download(state, actor, m, Served::Artifact).await?, parts)
 }
 
 /// The actor's view of one of their exports.
@@ -254,9 +321,16 @@ pub async fn get_export(state: &ServiceContext, actor: &Actor, id: &str) -> Resu
     view_for(state, actor, &m).await
 }
 
-/// A fresh link for a download of the actor's export, in SPEC §2's order: lookup → state → authority.
-pub async fn download_link(state: &ServiceContext, actor: &Actor, id: &str) -> Result<String, AppError> {
+/// A fresh link for a download of what `served` names of the actor's export, in SPEC §2's order:
+/// lookup → state → authority. A part that does not exist (or an export without parts) is
+/// `export-not-found`.
+pub async fn download_link(state: &ServiceContext, actor: &Actor, id: &str, served: Served) -> Result<String, AppError> {
     let m = find_own(&state.db, actor, id).await?;
+    if let Served::Part(_) = served {
+        if !is_checkpointed(&m)? {
+            return Err(AppError::ExportNotFound);
+        }
+    }
     if status_of(&m)? != ExportStatus::Ready {
         return Err(AppError::ExportNotReady);
     }
@@ -266,21 +340,48 @@ pub async fn download_link(state: &ServiceContext, actor: &Actor, id: &str) -> R
     if !role_covers(actor.role, &m.report, &resolved_of(&m)?) {
         return Err(AppError::PermissionRevoked);
     }
-    let link = mint_download(state, actor, &m).await?.ok_or(AppError::ExportNotReady)?;
-    audit::record_event(&state.db, &m, Mover::User(&actor.user_id), state.now_ms(), "download link minted").await?;
+    let link = mint_download(state, actor, &m, served).await?.ok_or(match served {
+        Served::Part(_) => AppError::ExportNotFound,
+        Served::Artifact => AppError::ExportNotReady,
+    })?;
+    let detail = match served {
+        Served::Artifact => "download link minted".to_owned(),
+        Served::Part(n) => format!("download link of part {n} minted"),
+    };
+    audit::record_event(&state.db, &m, Mover::User(&actor.user_id), state.now_ms(), &detail).await?;
     Ok(link.url)
 }
 
-/// A published artifact that a signed link may serve: the export, its store, its key and size.
+/// The bytes a verified link serves.
+pub enum Body {
+    /// One stored object, whole.
+    Object(object_store::path::Path),
+    /// The bundle of a checkpointed export, made of its manifest and its stored parts.
+    Bundle(crate::bundle::Bundle),
+}
+
+/// What a signed link may serve, after the re-checks: the export, its store, the body, its size,
+/// its identity (the `ETag`: the file's, the part's or the manifest's digest), the digest of its
+/// bytes, and how it is named.
 pub struct LinkedArtifact {
     /// The export the link is for.
     pub export: exports::Model,
-    /// The store holding the file.
+    /// The store holding the bytes.
     pub store: crate::storage::ExportStore,
-    /// The file's key in the store.
-    pub key: object_store::path::Path,
-    /// The file's size in bytes.
+    /// What is served.
+    pub body: Body,
+    /// Its size in bytes.
     pub len: u64,
+    /// Hex SHA-256 that identifies it.
+    pub etag_sha256: String,
+    /// Hex SHA-256 of its bytes.
+    pub digest: String,
+    /// The name it is saved under.
+    pub filename: String,
+    /// Its media type.
+    pub media_type: &'static str,
+    /// What it is, for the audit trail.
+    pub served: Served,
 }
 
 /// A file missing from its store is expired (retention ran, or someone removed it), not an error.
@@ -291,8 +392,8 @@ pub fn artifact_gone(e: object_store::Error) -> AppError {
     }
 }
 
-/// The artifact a verified link grants, after re-checking (SPEC §2) that it is still the same
-/// file, still ready and not expired, and that the minting actor is still active in the export's
+/// What a verified link grants, after re-checking (SPEC §2) that it is still the same artifact,
+/// still ready and not expired, and that the minting actor is still active in the export's
 /// tenant and may still read every column of it.
 pub async fn open_link(state: &ServiceContext, grant: &crate::links::LinkGrant) -> Result<LinkedArtifact, AppError> {
     let m = exports::Entity::find_by_id(grant.export_id.clone()).one(&state.db).await?.ok_or(AppError::LinkInvalid)?;
@@ -313,11 +414,30 @@ pub async fn open_link(state: &ServiceContext, grant: &crate::links::LinkGrant) 
     }
     let key = object_store::path::Path::from(m.artifact_key.clone().ok_or_else(|| AppError::Internal(format!("ready export {} has no artifact key", m.id)))?);
     let store = state.stores.for_deployment(&state.db, &m.deployment).await?;
-    let len = match m.artifact_bytes {
-        Some(bytes) => bytes as u64,
-        None => store.objects().head(&key).await.map_err(artifact_gone)?.size,
+    let served = grant.part.map_or(Served::Artifact, Served::Part);
+    let (filename, media_type) = download_name(&m, served)?;
+    let parts = parts_of(state, &m).await?;
+    let (body, len, etag_sha256, digest) = match (served, parts) {
+        (Served::Part(n), Some(parts)) => {
+            let part = parts.into_iter().find(|p| p.index == n).ok_or(AppError::LinkInvalid)?;
+            (Body::Object(object_store::path::Path::from(part.key)), part.bytes as u64, part.sha256.clone(), part.sha256)
+        }
+        (Served::Part(_), None) => return Err(AppError::LinkInvalid),
+        (Served::Artifact, Some(parts)) => {
+            let manifest = store.objects().get(&key).await.map_err(artifact_gone)?.bytes().await.map_err(artifact_gone)?;
+            let bundle = super::parts::bundle(manifest, &parts);
+            let digest = m.bundle_digest.clone().ok_or_else(|| AppError::Internal(format!("ready bundle {} has no digest", m.id)))?;
+            (Body::Bundle(bundle.clone()), bundle.size(), grant.sha256.clone(), digest)
+        }
+        (Served::Artifact, None) => {
+            let len = match m.artifact_bytes {
+                Some(bytes) => bytes as u64,
+                None => store.objects().head(&key).await.map_err(artifact_gone)?.size,
+            };
+            (Body::Object(key), len, grant.sha256.clone(), grant.sha256.clone())
+        }
     };
-    Ok(LinkedArtifact { export: m, store, key, len })
+    Ok(LinkedArtifact { export: m, store, body, len, etag_sha256, digest, filename, media_type, served })
 }
 
 /// Records in the export's history that `actor_id` downloaded (part of) its file.

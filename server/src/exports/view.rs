@@ -3,7 +3,8 @@
 use crate::clock::rfc3339;
 use crate::entities::exports;
 use crate::error::AppError;
-use app::{ArtifactView, DownloadView, ErrorView, ExportRequest, ExportStatus, ExportView, Progress, ResolvedContract};
+use super::parts::PartsPlan;
+use app::{ArtifactView, Consistency, DownloadView, ErrorView, ExportRequest, ExportStatus, ExportView, PartView, Progress, ResolvedContract};
 
 /// Reads the stored status.
 pub fn status_of(m: &exports::Model) -> Result<ExportStatus, AppError> {
@@ -20,8 +21,9 @@ pub fn request_of(m: &exports::Model) -> Result<ExportRequest, AppError> {
     serde_json::from_str(&m.request).map_err(|e| AppError::Internal(format!("stored request of {}: {e}", m.id)))
 }
 
-/// The view of a stored operation, with a download link when one was minted for the reader.
-pub fn to_view(m: &exports::Model, download: Option<DownloadView>) -> Result<ExportView, AppError> {
+/// The view of a stored operation, with a download link when one was minted for the reader and,
+/// for a ready checkpointed export, its parts.
+pub fn to_view(m: &exports::Model, download: Option<DownloadView>, parts: Option<Vec<PartView>>) -> Result<ExportView, AppError> {
     let artifact = match (&m.artifact_sha256, m.artifact_bytes, m.artifact_rows) {
         (Some(sha256), Some(bytes), Some(rows)) => Some(ArtifactView {
             sha256: sha256.clone(),
@@ -29,9 +31,13 @@ pub fn to_view(m: &exports::Model, download: Option<DownloadView>) -> Result<Exp
             rows,
             expires_at: rfc3339(m.artifact_expires_at.unwrap_or(0)),
             expired: m.artifact_expired,
+            parts,
         }),
         _ => None,
     };
+    let request = request_of(m)?;
+    let checkpointed = request.consistency == Consistency::Checkpointed;
+    let parts_expected = m.checkpoint_plan.as_deref().and_then(|p| serde_json::from_str::<PartsPlan>(p).ok()).map(|p| p.parts_expected());
     let error = m.error_code.as_ref().map(|code| ErrorView {
         code: code.clone(),
         message: m.error_message.clone().unwrap_or_default(),
@@ -43,7 +49,7 @@ pub fn to_view(m: &exports::Model, download: Option<DownloadView>) -> Result<Exp
         status: status_of(m)?,
         status_url: format!("/api/exports/{}", m.id),
         report: m.report.clone(),
-        request: request_of(m)?,
+        request,
         resolved: resolved_of(m)?,
         created_at: rfc3339(m.created_at),
         updated_at: rfc3339(m.updated_at),
@@ -53,7 +59,12 @@ pub fn to_view(m: &exports::Model, download: Option<DownloadView>) -> Result<Exp
             ExportStatus::Running | ExportStatus::CancelRequested => m.last_progress_at.map(rfc3339),
             _ => None,
         },
-        progress: Progress { rows_written: m.rows_written, rows_total: m.rows_total },
+        progress: Progress {
+            rows_written: m.rows_written,
+            rows_total: m.rows_total,
+            parts_done: checkpointed.then_some(i64::from(m.checkpoint_seq)),
+            parts_expected: parts_expected.filter(|_| checkpointed),
+        },
         artifact,
         download,
         error,

@@ -25,6 +25,7 @@
 
 pub mod audit;
 pub mod authority;
+pub mod checkpoints;
 pub mod claims;
 pub mod transitions;
 pub mod wakeup;

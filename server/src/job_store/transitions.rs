@@ -134,7 +134,8 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    fn of(current: &Current, generation: i32) -> Refusal {
+    /// Why a write under `generation` was refused, from how the row is now.
+    pub(crate) fn of(current: &Current, generation: i32) -> Refusal {
         match current.status {
             Some(Running) if current.generation == generation => Refusal::Revoked,
             Some(CancelRequested) if current.generation == generation => Refusal::CancelRequested,
@@ -165,6 +166,9 @@ pub struct Artifact {
     pub bytes: i64,
     /// Its data rows.
     pub rows: i64,
+    /// A checkpointed export's bundle: the hex SHA-256 of its bytes (the artifact's `sha256`
+    /// is then the manifest's).
+    pub bundle_digest: Option<String>,
 }
 
 fn is(status: ExportStatus) -> Expr {
@@ -331,6 +335,7 @@ pub async fn release(
         .col_expr(exports::Column::ArtifactSha256, Expr::val(artifact.sha256.clone()))
         .col_expr(exports::Column::ArtifactBytes, Expr::val(artifact.bytes))
         .col_expr(exports::Column::ArtifactRows, Expr::val(artifact.rows))
+        .col_expr(exports::Column::BundleDigest, Expr::val(artifact.bundle_digest.clone()))
         .col_expr(exports::Column::ArtifactExpiresAt, now().add(artifact_ttl.as_millis() as i64))
         .col_expr(exports::Column::ArtifactExpired, Expr::val(false))
         .col_expr(exports::Column::RowsWritten, Expr::val(artifact.rows))
@@ -504,6 +509,8 @@ pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr
         .col_expr(exports::Column::RowsWritten, Expr::val(0i64))
         .col_expr(exports::Column::RowsTotal, none::<i64>())
         .col_expr(exports::Column::LastProgressAt, none::<i64>())
+        .col_expr(exports::Column::CheckpointSeq, Expr::val(0))
+        .col_expr(exports::Column::CheckpointPlan, none::<String>())
         .col_expr(exports::Column::ErrorCode, none::<String>())
         .col_expr(exports::Column::ErrorMessage, none::<String>())
         .col_expr(exports::Column::ErrorRetryable, none::<bool>())
@@ -645,6 +652,7 @@ pub async fn purge(db: &DatabaseConnection, job: &exports::Model, ttl: Duration)
         return Ok(false);
     }
     export_events::Entity::delete_many().filter(export_events::Column::ExportId.eq(&job.id)).exec(&txn).await?;
+    super::checkpoints::forget(&txn, &job.id).await?;
     txn.commit().await?;
     Ok(true)
 }

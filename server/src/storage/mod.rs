@@ -10,6 +10,7 @@
 //! whose configuration points a deployment elsewhere refuses to use it.
 
 pub mod identity;
+pub mod ranged_copy;
 
 use crate::config::Config;
 use futures::stream::BoxStream;
@@ -73,8 +74,13 @@ pub struct ExportStore {
     local: Option<Arc<LocalFileSystem>>,
     /// The part size of staging uploads.
     part_bytes: usize,
-    /// Presigns downloads on an S3 store.
+    /// Presigns downloads (and the requests of ranged copies) on an S3 store.
     presigner: Option<Arc<Presigner>>,
+    /// On S3, a staged file larger than this is published in ranged part copies (S3 copies at
+    /// most 5 GiB in one part); lower in tests.
+    copy_part_max: u64,
+    /// The part size of a ranged copy, unless the file's size needs larger parts.
+    copy_part_floor: u64,
 }
 
 /// Presigned GETs of one S3 bucket (SigV4 query signing, by rusty-s3: object_store's signer takes
@@ -86,6 +92,8 @@ pub struct Presigner {
     credentials: rusty_s3::Credentials,
     /// The store's key prefix (`s3://bucket/prefix`), without slashes at its ends.
     prefix: String,
+    /// Sends the presigned requests of a ranged copy ([`ranged_copy`]).
+    http: reqwest::Client,
 }
 
 impl Presigner {
@@ -106,17 +114,17 @@ impl Presigner {
             Some(token) => rusty_s3::Credentials::new_with_token(key, secret, token),
             None => rusty_s3::Credentials::new(key, secret),
         };
-        Ok(Presigner { bucket, credentials, prefix: prefix.to_owned() })
+        Ok(Presigner { bucket, credentials, prefix: prefix.to_owned(), http: ranged_copy::http_client()? })
     }
 
-    /// A GET of `key` valid for `ttl`, answered as `text/csv; charset=utf-8` and as an
-    /// attachment named `filename`.
-    pub fn get(&self, key: &str, ttl: std::time::Duration, filename: &str) -> String {
+    /// A GET of `key` valid for `ttl`, answered as `media_type` and as an attachment named
+    /// `filename`.
+    pub fn get(&self, key: &str, ttl: std::time::Duration, filename: &str, media_type: &str) -> String {
         use rusty_s3::S3Action;
         let object = if self.prefix.is_empty() { key.to_string() } else { format!("{}/{key}", self.prefix) };
         let disposition = format!("attachment; filename=\"{filename}\"");
         let mut action = rusty_s3::actions::GetObject::new(&self.bucket, Some(&self.credentials), &object);
-        action.query_mut().insert("response-content-type", "text/csv; charset=utf-8");
+        action.query_mut().insert("response-content-type", media_type);
         action.query_mut().insert("response-content-disposition", disposition.as_str());
         // A link is a credential for its lifetime: no cache along the way may keep the file.
         action.query_mut().insert("response-cache-control", "private, no-store");
@@ -141,7 +149,15 @@ impl ExportStore {
             // Deletes take the folders they empty with them: otherwise every export leaves its
             // staging folder behind, and every sweep walks them all.
             let store = Arc::new(LocalFileSystem::new_with_prefix(&root).map_err(|e| format!("cannot open {path}: {e}"))?.with_automatic_cleanup(true));
-            return Ok(ExportStore { objects: store.clone(), local_root: Some(root), local: Some(store), part_bytes: LOCAL_PART_BYTES, presigner: None });
+            return Ok(ExportStore {
+                objects: store.clone(),
+                local_root: Some(root),
+                local: Some(store),
+                part_bytes: LOCAL_PART_BYTES,
+                presigner: None,
+                copy_part_max: ranged_copy::COPY_PART_MAX,
+                copy_part_floor: ranged_copy::PART_FLOOR,
+            });
         }
         if let Some(rest) = url.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -159,7 +175,15 @@ impl ExportStore {
             let prefix = prefix.trim_matches('/');
             let presigner = Some(Arc::new(Presigner::from_vars(vars, bucket, prefix)?));
             let objects: Arc<dyn ObjectStore> = if prefix.is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix.to_owned())) };
-            return Ok(ExportStore { objects, local_root: None, local: None, part_bytes: PART_BYTES, presigner });
+            return Ok(ExportStore {
+                objects,
+                local_root: None,
+                local: None,
+                part_bytes: PART_BYTES,
+                presigner,
+                copy_part_max: ranged_copy::COPY_PART_MAX,
+                copy_part_floor: ranged_copy::PART_FLOOR,
+            });
         }
         Err(format!("unsupported store URL {url:?}: use file://… or s3://…"))
     }
@@ -205,10 +229,10 @@ impl ExportStore {
         StagingUpload { objects: self.objects.clone(), key: key.clone(), pending: Vec::new(), part_bytes: self.part_bytes, multipart: None, on_progress }
     }
 
-    /// Reads an object through and returns its size and hex SHA-256: a local file in place with
-    /// one reused buffer, any other store in ranges of [`PART_BYTES`]; `on_progress` is called
-    /// after each buffer or range.
-    pub async fn digest(&self, key: &Path, on_progress: OnProgress) -> Result<(u64, String), object_store::Error> {
+    /// Reads an object through and returns its size, hex SHA-256 and CRC-32: a local file in
+    /// place with one reused buffer, any other store in ranges of [`PART_BYTES`]; `on_progress`
+    /// is called after each buffer or range.
+    pub async fn digest(&self, key: &Path, on_progress: OnProgress) -> Result<Digests, object_store::Error> {
         if let Some(local) = &self.local {
             let file = local.path_to_filesystem(key)?;
             return tokio::task::spawn_blocking(move || digest_file(&file, &*on_progress))
@@ -220,20 +244,27 @@ impl ExportStore {
                 });
         }
         let size = self.objects.head(key).await?.size;
-        let mut hasher = Sha256::new();
+        let mut digests = Reading::default();
         let mut at = 0u64;
         while at < size {
             let end = (at + PART_BYTES as u64).min(size);
             let range = self.objects.get_range(key, at..end).await?;
-            hasher.update(&range);
+            digests.update(&range);
             on_progress();
             at = end;
         }
-        Ok((size, hex::encode(hasher.finalize())))
+        Ok(digests.finish())
     }
 
-    /// Copies `staged` to `key` only if `key` does not exist yet.
-    pub async fn publish(&self, staged: &Path, key: &Path) -> Result<Published, object_store::Error> {
+    /// Copies `staged` to `key` only if `key` does not exist yet; `on_progress` as a long copy
+    /// goes on. On S3 a file above 5 GiB is copied in ranged parts ([`ranged_copy`]).
+    pub async fn publish(&self, staged: &Path, key: &Path, on_progress: OnProgress) -> Result<Published, object_store::Error> {
+        if let Some(s3) = &self.presigner {
+            let size = self.objects.head(staged).await?.size;
+            if size > self.copy_part_max {
+                return s3.copy_in_ranges(staged, key, size, self.copy_part_floor, on_progress).await;
+            }
+        }
         match self.objects.copy_if_not_exists(staged, key).await {
             Ok(()) => Ok(Published::Created),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(Published::AlreadyThere),
@@ -265,6 +296,54 @@ impl ExportStore {
             .await
             .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
             .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })
+    }
+
+    /// Writes `bytes` at `key` unless an object is there already (create-if-absent: under a
+    /// content-addressed key, the same bytes).
+    pub async fn put_once(&self, key: &Path, bytes: bytes::Bytes) -> Result<(), object_store::Error> {
+        let create = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
+        match self.objects.put_opts(key, PutPayload::from(bytes), create).await {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The bytes of `range` of the object at `key`, as they arrive.
+    pub async fn read_range(&self, key: &Path, range: std::ops::Range<u64>) -> Result<BoxStream<'static, Result<bytes::Bytes, object_store::Error>>, object_store::Error> {
+        let options = object_store::GetOptions { range: Some(object_store::GetRange::Bounded(range)), ..Default::default() };
+        Ok(self.objects.get_opts(key, options).await?.into_stream())
+    }
+
+    /// The bytes `pieces` make (of a bundle: its own bytes and ranges of this store's objects),
+    /// in order, as they arrive.
+    pub fn stream_pieces(&self, pieces: Vec<crate::bundle::Piece>) -> BoxStream<'static, Result<bytes::Bytes, object_store::Error>> {
+        use crate::bundle::Piece;
+        use futures::{StreamExt, TryStreamExt};
+        let store = self.clone();
+        futures::stream::iter(pieces)
+            .then(move |piece| {
+                let store = store.clone();
+                async move {
+                    match piece {
+                        Piece::Bytes(b) => Ok(futures::stream::once(std::future::ready(Ok(b))).boxed()),
+                        Piece::Object(key, range) => store.read_range(&key, range).await,
+                    }
+                }
+            })
+            .try_flatten()
+            .boxed()
+    }
+
+    /// The hex SHA-256 of the bytes `pieces` make; `on_progress` after each chunk read.
+    pub async fn digest_pieces(&self, pieces: &[crate::bundle::Piece], on_progress: OnProgress) -> Result<String, object_store::Error> {
+        use futures::TryStreamExt;
+        let mut hasher = Sha256::new();
+        let mut bytes = self.stream_pieces(pieces.to_vec());
+        while let Some(chunk) = bytes.try_next().await? {
+            hasher.update(&chunk);
+            on_progress();
+        }
+        Ok(hex::encode(hasher.finalize()))
     }
 
     /// Deletes `key`; an object that is already gone counts as deleted.
@@ -519,12 +598,11 @@ impl Stores {
 }
 
 /// The size and hex SHA-256 of a local file, read with one buffer; `on_progress` after each.
-fn digest_file(file: &std::path::Path, on_progress: &(dyn Fn() + Send + Sync)) -> std::io::Result<(u64, String)> {
+fn digest_file(file: &std::path::Path, on_progress: &(dyn Fn() + Send + Sync)) -> std::io::Result<Digests> {
     use std::io::Read;
     let mut file = std::fs::File::open(file)?;
     let mut buffer = vec![0u8; 1024 * 1024];
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
+    let mut digests = Reading::default();
     loop {
         let n = match file.read(&mut buffer) {
             Ok(0) => break,
@@ -532,19 +610,54 @@ fn digest_file(file: &std::path::Path, on_progress: &(dyn Fn() + Send + Sync)) -
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        hasher.update(&buffer[..n]);
-        size += n as u64;
+        digests.update(&buffer[..n]);
         on_progress();
     }
-    Ok((size, hex::encode(hasher.finalize())))
+    Ok(digests.finish())
 }
 
-/// The staging key of one attempt.
+/// What reading an object through found: its size, hex SHA-256 and CRC-32.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Digests {
+    /// Bytes.
+    pub size: u64,
+    /// Hex SHA-256.
+    pub sha256: String,
+    /// CRC-32.
+    pub crc32: u32,
+}
+
+/// [`Digests`] as the bytes go by.
+#[derive(Default)]
+struct Reading {
+    size: u64,
+    sha256: Sha256,
+    crc32: crc32fast::Hasher,
+}
+
+impl Reading {
+    fn update(&mut self, bytes: &[u8]) {
+        self.size += bytes.len() as u64;
+        self.sha256.update(bytes);
+        self.crc32.update(bytes);
+    }
+
+    fn finish(self) -> Digests {
+        Digests { size: self.size, sha256: hex::encode(self.sha256.finalize()), crc32: self.crc32.finalize() }
+    }
+}
+
+/// The staging key of one attempt's file.
 pub fn staging_key(export_id: &str, generation: i32) -> Path {
     Path::from(format!("staging/{export_id}/{generation}"))
 }
 
-/// The export id and generation of a staging key.
+/// The staging key of part `index` of one attempt of a checkpointed export.
+pub fn staging_part_key(export_id: &str, generation: i32, index: i32) -> Path {
+    Path::from(format!("staging/{export_id}/{generation}/{index}"))
+}
+
+/// The export id and generation of a staging key (of a file, or of a part).
 pub fn parse_staging_key(key: &Path) -> Option<(String, i32)> {
     let mut parts = key.parts();
     if parts.next()?.as_ref() != "staging" {
@@ -552,19 +665,40 @@ pub fn parse_staging_key(key: &Path) -> Option<(String, i32)> {
     }
     let id = parts.next()?.as_ref().to_owned();
     let generation = parts.next()?.as_ref().parse().ok()?;
-    parts.next().is_none().then_some((id, generation))
+    let part = parts.next().map(|p| p.as_ref().parse::<i32>().is_ok());
+    (part != Some(false) && parts.next().is_none()).then_some((id, generation))
 }
 
-/// The immutable, content-addressed key of a published artifact.
-pub fn artifact_key(tenant_id: &str, export_id: &str, sha256: &str) -> Path {
-    Path::from(format!("exports/{tenant_id}/{export_id}/{sha256}.csv"))
+/// The immutable, content-addressed key of a published file (`extension`: `csv`, `csv.gz`).
+pub fn artifact_key(tenant_id: &str, export_id: &str, sha256: &str, extension: &str) -> Path {
+    Path::from(format!("exports/{tenant_id}/{export_id}/{sha256}.{extension}"))
 }
 
-/// The export id of a key under `exports/`.
+/// The immutable key of part `index` of a checkpointed export, as generation `generation`
+/// published it (content-addressed; the generation tells whose it was before a checkpoint
+/// references it).
+pub fn part_key(tenant_id: &str, export_id: &str, index: i32, generation: i32, sha256: &str, extension: &str) -> Path {
+    Path::from(format!("exports/{tenant_id}/{export_id}/parts/{index:05}.{generation}.{sha256}.{extension}"))
+}
+
+/// The generation that published a part, from its key.
+pub fn part_generation(key: &Path) -> Option<i32> {
+    let file = key.filename()?;
+    file.split('.').nth(1)?.parse().ok()
+}
+
+/// The immutable, content-addressed key of a checkpointed export's manifest (its artifact).
+pub fn manifest_key(tenant_id: &str, export_id: &str, sha256: &str) -> Path {
+    Path::from(format!("exports/{tenant_id}/{export_id}/manifest-{sha256}.json"))
+}
+
+/// The export id of a key under `exports/`: a file, a manifest, or a part.
 pub fn parse_artifact_key(key: &Path) -> Option<String> {
     let parts: Vec<_> = key.parts().collect();
+    let published = |file: &str| file.ends_with(".csv") || file.ends_with(".csv.gz") || file.ends_with(".json");
     match parts.as_slice() {
-        [root, _tenant, id, file] if root.as_ref() == "exports" && file.as_ref().ends_with(".csv") => Some(id.as_ref().to_owned()),
+        [root, _tenant, id, file] if root.as_ref() == "exports" && published(file.as_ref()) => Some(id.as_ref().to_owned()),
+        [root, _tenant, id, folder, file] if root.as_ref() == "exports" && folder.as_ref() == "parts" && published(file.as_ref()) => Some(id.as_ref().to_owned()),
         _ => None,
     }
 }
@@ -590,9 +724,10 @@ mod tests {
         }
         upload.finish().await.unwrap();
         assert!(steps.load(std::sync::atomic::Ordering::Relaxed) >= 2, "each part that lands is progress");
-        let (size, sha) = store.digest(&key, on_progress.clone()).await.unwrap();
-        assert_eq!(size as usize, bytes.len());
-        assert_eq!(sha, hex::encode(Sha256::digest(&bytes)));
+        let digests = store.digest(&key, on_progress.clone()).await.unwrap();
+        assert_eq!(digests.size as usize, bytes.len());
+        assert_eq!(digests.sha256, hex::encode(Sha256::digest(&bytes)));
+        assert_eq!(digests.crc32, crc32fast::hash(&bytes));
 
         let other = staging_key("exp_big", 2);
         let mut upload = store.stage(&other, on_progress.clone());
@@ -605,9 +740,16 @@ mod tests {
     #[test]
     fn keys_read_back_as_what_they_name() {
         assert_eq!(parse_staging_key(&staging_key("exp_1", 3)), Some(("exp_1".to_owned(), 3)));
+        assert_eq!(parse_staging_key(&staging_part_key("exp_1", 3, 7)), Some(("exp_1".to_owned(), 3)));
         assert_eq!(parse_staging_key(&Path::from("staging/exp_1")), None);
         assert_eq!(parse_staging_key(&Path::from("staging/exp_1/x")), None);
-        assert_eq!(parse_artifact_key(&artifact_key("ten_a", "exp_1", "ab")), Some("exp_1".to_owned()));
+        assert_eq!(parse_staging_key(&Path::from("staging/exp_1/3/x")), None);
+        assert_eq!(parse_artifact_key(&artifact_key("ten_a", "exp_1", "ab", "csv")), Some("exp_1".to_owned()));
+        assert_eq!(parse_artifact_key(&artifact_key("ten_a", "exp_1", "ab", "csv.gz")), Some("exp_1".to_owned()));
+        assert_eq!(parse_artifact_key(&manifest_key("ten_a", "exp_1", "ab")), Some("exp_1".to_owned()));
+        let part = part_key("ten_a", "exp_1", 3, 2, "ab", "csv.gz");
+        assert_eq!(parse_artifact_key(&part), Some("exp_1".to_owned()));
+        assert_eq!(part_generation(&part), Some(2));
         assert_eq!(parse_artifact_key(&Path::from("exports/ten_a/exp_1")), None);
     }
 }

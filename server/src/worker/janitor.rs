@@ -11,7 +11,10 @@
 //! skipping rows another process holds. Every `EXPORTD_SWEEP_MS` it also sweeps the stores of
 //! the deployments it serves: staging objects (and the partial files of local uploads) of
 //! attempts that can no longer release, and objects under `exports/` that are not their
-//! finished job's artifact and older than the lease plus `EXPORTD_ORPHAN_MARGIN_SECS`. On SQLite
+//! finished job's artifact and older than the lease plus `EXPORTD_ORPHAN_MARGIN_SECS`. A
+//! checkpointed export's parts (SPEC §5.1) are its artifact with its manifest: kept while it can
+//! still finish and while its bundle is kept; a part no checkpoint references is swept like
+//! staging (once its attempt can no longer checkpoint it). On SQLite
 //! it also checkpoints the write-ahead log, which is then cut back to its limit.
 
 use super::WorkerContext;
@@ -20,12 +23,12 @@ use crate::entities::{exports, tenants};
 use crate::error::new_support_ref;
 use crate::job_store::transitions::{self, Ender, Failure, Outcome};
 use crate::job_store::Mover;
-use crate::storage::{parse_artifact_key, parse_staging_key, ExportStore};
+use crate::storage::{parse_artifact_key, parse_staging_key, part_generation, ExportStore};
 use app::ExportStatus;
 use futures::StreamExt;
 use object_store::path::Path;
 use sea_orm::{DbErr, EntityTrait, QuerySelect};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// Rows one rule handles per pass.
@@ -179,17 +182,27 @@ async fn expire_artifacts(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Resul
     Ok(n)
 }
 
-/// Deletes a job's artifact object; false when the store refused (try again next pass).
+/// Deletes a job's artifact: its file, or a checkpointed export's manifest and then every part
+/// its checkpoints reference (the manifest first, so no new download starts on parts being
+/// deleted); false when the store refused (try again next pass: every delete is idempotent).
 async fn delete_artifact(ctx: &WorkerContext, job: &exports::Model) -> bool {
     let Some(key) = &job.artifact_key else { return true };
     let Ok(store) = ctx.stores.for_deployment(&ctx.db, &job.deployment).await else { return false };
-    match store.delete(&Path::from(key.as_str())).await {
-        Ok(()) => true,
+    let parts = match crate::job_store::checkpoints::of_job(&ctx.db, &job.id).await {
+        Ok(checkpoints) => crate::exports::parts::from_checkpoints(&checkpoints).unwrap_or_default(),
         Err(e) => {
+            tracing::warn!(export = %job.id, error = %e, "checkpoints not read; next pass");
+            return false;
+        }
+    };
+    let keys = std::iter::once(key.clone()).chain(parts.into_iter().map(|p| p.key));
+    for key in keys {
+        if let Err(e) = store.delete(&Path::from(key.as_str())).await {
             tracing::warn!(export = %job.id, error = %e, "artifact not deleted; next pass");
-            false
+            return false;
         }
     }
+    true
 }
 
 /// Records past retention; an artifact still kept is deleted first (by a janitor that serves
@@ -224,10 +237,27 @@ async fn jobs_by_id(ctx: &WorkerContext, ids: Vec<String>) -> Result<HashMap<Str
     Ok(transitions::by_ids(&ctx.db, &ids).await?.into_iter().map(|j| (j.id.clone(), j)).collect())
 }
 
-/// Lists `prefix` in batches and deletes what `doomed` picks.
-async fn sweep<F>(ctx: &WorkerContext, store: &ExportStore, prefix: &str, id_of: fn(&Path) -> Option<String>, doomed: F) -> Result<usize, DbErr>
+/// What the janitor knows of the jobs a batch of listed objects belongs to: each job as read
+/// after the listing, and the part keys their checkpoints reference, read after the jobs (so a
+/// job read as past a generation has every checkpoint that generation will ever make).
+#[derive(Default)]
+struct Known {
+    jobs: HashMap<String, exports::Model>,
+    referenced: HashSet<String>,
+}
+
+/// The part keys the checkpoints of `jobs` reference.
+async fn referenced_parts(ctx: &WorkerContext, jobs: &HashMap<String, exports::Model>) -> Result<HashSet<String>, DbErr> {
+    let ids: Vec<String> = jobs.keys().cloned().collect();
+    let checkpoints = crate::job_store::checkpoints::of_jobs(&ctx.db, &ids).await?;
+    Ok(checkpoints.into_iter().filter_map(|c| serde_json::from_str::<crate::exports::parts::PartRecord>(&c.payload).ok()).map(|p| p.key).collect())
+}
+
+/// Lists `prefix` in batches and deletes what `doomed` picks; with `with_parts`, what the jobs'
+/// checkpoints reference is read too.
+async fn sweep<F>(ctx: &WorkerContext, store: &ExportStore, prefix: &str, id_of: fn(&Path) -> Option<String>, with_parts: bool, doomed: F) -> Result<usize, DbErr>
 where
-    F: Fn(&object_store::ObjectMeta, Option<&exports::Model>, i64) -> bool,
+    F: Fn(&object_store::ObjectMeta, Option<&exports::Model>, &HashSet<String>, i64) -> bool,
 {
     let mut listing = store.list(prefix);
     let mut deleted = 0;
@@ -247,10 +277,13 @@ where
             continue;
         }
         let now = db_now_ms(&ctx.db).await?;
-        let jobs = jobs_by_id(ctx, batch.iter().filter_map(|m| id_of(&m.location)).collect()).await?;
+        let mut known = Known { jobs: jobs_by_id(ctx, batch.iter().filter_map(|m| id_of(&m.location)).collect()).await?, ..Known::default() };
+        if with_parts {
+            known.referenced = referenced_parts(ctx, &known.jobs).await?;
+        }
         for meta in batch.drain(..) {
-            let job = id_of(&meta.location).and_then(|id| jobs.get(&id));
-            if doomed(&meta, job, now) {
+            let job = id_of(&meta.location).and_then(|id| known.jobs.get(&id));
+            if doomed(&meta, job, &known.referenced, now) {
                 match store.delete(&meta.location).await {
                     Ok(()) => deleted += 1,
                     Err(e) => tracing::warn!(key = %meta.location, error = %e, "not deleted; next sweep"),
@@ -263,12 +296,11 @@ where
     }
 }
 
-/// Whether the staging object `key` belongs to an attempt that can no longer release, by `job`
-/// as read after the object was listed: the job is gone, or has moved past that generation, or
-/// is no longer running under it. (An object of a generation newer than the job as read was
-/// staged after the read, by a live attempt.)
-fn staging_is_dead(key: &Path, job: Option<&exports::Model>) -> bool {
-    let Some((_, generation)) = parse_staging_key(key) else { return false };
+/// Whether what generation `generation` of `job` wrote can no longer be used, by `job` as read
+/// after the object was listed: the job is gone, or has moved past that generation, or is no
+/// longer running under it. (An object of a generation newer than the job as read was written
+/// after the read, by a live attempt.)
+fn attempt_is_dead(generation: i32, job: Option<&exports::Model>) -> bool {
     match job {
         None => true,
         Some(job) => {
@@ -278,9 +310,14 @@ fn staging_is_dead(key: &Path, job: Option<&exports::Model>) -> bool {
     }
 }
 
+/// Whether the staging object `key` belongs to an attempt that can no longer release.
+fn staging_is_dead(key: &Path, job: Option<&exports::Model>) -> bool {
+    parse_staging_key(key).is_some_and(|(_, generation)| attempt_is_dead(generation, job))
+}
+
 /// Staging objects whose attempt can no longer release.
 async fn sweep_staging(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
-    sweep(ctx, store, "staging", |key| parse_staging_key(key).map(|(id, _)| id), |meta, job, _| staging_is_dead(&meta.location, job)).await
+    sweep(ctx, store, "staging", |key| parse_staging_key(key).map(|(id, _)| id), false, |meta, job, _, _| staging_is_dead(&meta.location, job)).await
 }
 
 /// The partial files of local uploads whose attempt can no longer release (the same rule as
@@ -306,22 +343,38 @@ async fn sweep_partial_uploads(ctx: &WorkerContext, store: &ExportStore) -> Resu
     Ok(deleted)
 }
 
-/// Objects under `exports/` that a finished job does not point at (what a worker that lost
-/// its lease published anyway), once older than the lease plus the margin.
+/// Whether the object `meta` under `exports/` is doomed, given its `job` (as read after the
+/// listing) and the part keys its checkpoints reference:
+/// - a part no checkpoint references, of an attempt that can no longer checkpoint it: at once,
+///   like staging;
+/// - anything of a job that is gone, or not its finished job's artifact (a file or manifest
+///   that a worker which lost published anyway; the parts of a checkpointed export that ended
+///   without release, or whose bundle expired), once older than the lease plus the margin.
+///
+/// A referenced part of a job that can still finish, or of a ready export whose bundle is
+/// kept, is never doomed.
+fn export_object_is_doomed(meta: &object_store::ObjectMeta, job: Option<&exports::Model>, referenced: &HashSet<String>, now: i64, grace: i64) -> bool {
+    let old = meta.last_modified.timestamp_millis() <= now - grace;
+    let Some(job) = job else { return old };
+    let finished = ExportStatus::parse(&job.status).is_some_and(ExportStatus::is_terminal);
+    let kept = !job.artifact_expired && job.status == ExportStatus::Ready.as_str();
+    match part_generation(&meta.location).filter(|_| is_part(&meta.location)) {
+        Some(_) if referenced.contains(meta.location.as_ref()) => finished && !kept && old,
+        Some(generation) => attempt_is_dead(generation, Some(job)) && (!finished || old),
+        None => {
+            let is_artifact = !job.artifact_expired && job.artifact_key.as_deref() == Some(meta.location.as_ref());
+            finished && !is_artifact && old
+        }
+    }
+}
+
+/// Whether `key` is a part of a checkpointed export (`exports/{tenant}/{id}/parts/…`).
+fn is_part(key: &Path) -> bool {
+    key.parts().nth(3).is_some_and(|folder| folder.as_ref() == "parts")
+}
+
+/// Objects under `exports/` that [`export_object_is_doomed`] picks.
 async fn sweep_exports(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
     let grace = (ctx.config.lease + ctx.config.orphan_margin).as_millis() as i64;
-    sweep(ctx, store, "exports", parse_artifact_key, move |meta, job, now| {
-        if meta.last_modified.timestamp_millis() > now - grace {
-            return false;
-        }
-        match job {
-            None => true,
-            Some(job) => {
-                let finished = ExportStatus::parse(&job.status).is_some_and(ExportStatus::is_terminal);
-                let is_artifact = !job.artifact_expired && job.artifact_key.as_deref() == Some(meta.location.as_ref());
-                finished && !is_artifact
-            }
-        }
-    })
-    .await
+    sweep(ctx, store, "exports", parse_artifact_key, true, move |meta, job, referenced, now| export_object_is_doomed(meta, job, referenced, now, grace)).await
 }

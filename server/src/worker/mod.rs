@@ -3,6 +3,7 @@
 //! and as `exportd worker`, in any number of processes on any number of machines.
 
 pub mod csv_cells;
+pub mod encoding;
 pub mod janitor;
 pub mod jobs;
 pub mod lease;

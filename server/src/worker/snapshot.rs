@@ -37,6 +37,21 @@ pub enum Produced {
     Counted(i64),
     /// CSV bytes, and the data rows written so far.
     Chunk(Vec<u8>, i64),
+    /// A part's read is complete: its first and last keys (none for a part with no rows) and
+    /// the moment its snapshot shows, epoch milliseconds by the database's clock.
+    Part { first_key: Option<i64>, last_key: Option<i64>, read_at: i64 },
+}
+
+/// The rows of one part of a checkpointed export (SPEC §5.1): keys above `after` (all, for the
+/// first part) up to `max_key`, in key order, at most `limit` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRange {
+    /// The last key of the part before; `None` for the first.
+    pub after: Option<i64>,
+    /// The highest key of the export, fixed at its first claim.
+    pub max_key: i64,
+    /// The part's size in rows.
+    pub limit: u64,
 }
 
 /// Why reading the snapshot failed.
@@ -95,6 +110,10 @@ pub struct Plan {
     pub bom: bool,
     count: SelectStatement,
     rows: SelectStatement,
+    /// The rows' key (the report's order): a part's rows are read by it.
+    key_sql: &'static str,
+    /// For a part of a checkpointed export: its rows.
+    part: Option<KeyRange>,
 }
 
 /// An amount in minor units: a whole number of cents as written (1.10 → 110, despite binary
@@ -156,7 +175,37 @@ impl Plan {
             rows.expr(Expr::cust(column.sql));
         }
         rows.order_by_expr(Expr::cust(report.source.order_sql), Order::Asc);
-        Ok(Plan { columns, bom: request.options.bom, count, rows })
+        Ok(Plan { columns, bom: request.options.bom, count, rows, key_sql: report.source.order_sql, part: None })
+    }
+
+    /// The plan of one part: the same rows, in `range`, each with its key after the file's
+    /// columns (read, never written).
+    pub fn part(&self, range: KeyRange) -> Plan {
+        let mut rows = self.rows.clone();
+        rows.expr(Expr::cust(self.key_sql));
+        if let Some(after) = range.after {
+            rows.and_where(Expr::cust(self.key_sql).gt(after));
+        }
+        rows.and_where(Expr::cust(self.key_sql).lte(range.max_key));
+        rows.limit(range.limit);
+        Plan { rows, part: Some(range), ..self.clone() }
+    }
+
+    /// The query that gives the highest key and the number of the export's rows, in one
+    /// snapshot: what a checkpointed export fixes at its first claim.
+    pub fn bounds_sql(&self, backend: DbBackend) -> String {
+        let mut bounds = self.count.clone();
+        bounds.clear_selects();
+        bounds.expr(Expr::cust(format!("MAX({})", self.key_sql))).expr(Expr::cust("COUNT(*)"));
+        match backend {
+            DbBackend::Postgres => bounds.to_string(PostgresQueryBuilder),
+            _ => bounds.to_string(SqliteQueryBuilder),
+        }
+    }
+
+    /// The fields a row of the query has beyond the file's columns (a part's key).
+    fn extra_fields(&self) -> usize {
+        usize::from(self.part.is_some())
     }
 
     /// The query that counts the rows, with its values inlined (escaped by the query builder).
@@ -403,14 +452,23 @@ async fn read_postgres(
     read_only_snapshot(&mut conn, None).await?;
     let count_sql = plan.count_sql(DbBackend::Postgres);
     // The count runs beside the rows, on a second connection that imports this transaction's
-    // snapshot, when one is idle; otherwise first, on this one. Dropping the set stops it.
+    // snapshot, when one is idle; otherwise first, on this one. Dropping the set stops it. A
+    // part is not counted: it is known to hold at most its size.
     let mut counting = tokio::task::JoinSet::new();
-    match pool.try_acquire() {
+    let read_at: Option<i64> = match plan.part {
+        // The transaction's first statement takes its snapshot: its start is the moment the
+        // part shows.
+        Some(_) => Some(sqlx::query_scalar("SELECT CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000 AS BIGINT)").fetch_one(&mut *conn).await?),
+        None => None,
+    };
+    let second = if read_at.is_none() { pool.try_acquire() } else { None };
+    match second {
         Some(second) => {
             let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *conn).await?;
             let second = register(second, backends).await?;
             counting.spawn(count_in_snapshot(second, snapshot, count_sql, tx.clone(), backends.clone()));
         }
+        None if read_at.is_some() => {}
         None => {
             let total = count(&mut conn, count_sql).await?;
             tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
@@ -418,6 +476,7 @@ async fn read_postgres(
     }
     let mut out = Chunker::new(&plan)?;
     let mut decoder = CopyBinary::default();
+    let mut keys = Keys::default();
     {
         let statement = format!("COPY ({}) TO STDOUT (FORMAT binary)", plan.rows_sql(DbBackend::Postgres));
         let mut copy = conn.copy_out_raw(&statement).await?;
@@ -427,7 +486,10 @@ async fn read_postgres(
             tokio::task::coop::consume_budget().await;
             decoder.feed(&message?);
             while let Some(tuple) = decoder.next_tuple()? {
-                write_fields(&plan.columns, &tuple, &mut out.csv)?;
+                write_fields(&plan.columns, plan.extra_fields(), &tuple, &mut out.csv)?;
+                if plan.part.is_some() {
+                    keys.saw(key_field(&tuple, plan.columns.len())?);
+                }
                 out.row_done()?;
             }
             for chunk in out.ready.drain(..) {
@@ -441,6 +503,9 @@ async fn read_postgres(
     out.flush()?;
     for chunk in out.ready.drain(..) {
         tx.send(chunk).await.map_err(|_| Stopped)?;
+    }
+    if let Some(read_at) = read_at {
+        tx.send(keys.part(read_at)).await.map_err(|_| Stopped)?;
     }
     // The exported snapshot lives as long as this transaction: the count ends before it does.
     while let Some(counted) = counting.join_next().await {
@@ -491,8 +556,33 @@ async fn count_in_snapshot(
     Ok(())
 }
 
-fn write_fields(columns: &[&ColumnSpec], tuple: &Tuple<'_>, csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
-    if tuple.len() != columns.len() {
+/// The first and last keys of a part's rows.
+#[derive(Debug, Default)]
+struct Keys {
+    first: Option<i64>,
+    last: Option<i64>,
+}
+
+impl Keys {
+    fn saw(&mut self, key: i64) {
+        self.first.get_or_insert(key);
+        self.last = Some(key);
+    }
+
+    fn part(&self, read_at: i64) -> Produced {
+        Produced::Part { first_key: self.first, last_key: self.last, read_at }
+    }
+}
+
+/// The key that follows the file's columns in a part's row.
+fn key_field(tuple: &Tuple<'_>, at: usize) -> Result<i64, SnapshotError> {
+    let bytes = tuple.field(at).ok_or_else(|| SnapshotError::Data("a row's key is NULL".into()))?;
+    Ok(i64::from_be_bytes(<[u8; 8]>::try_from(bytes).map_err(|_| SnapshotError::Data("a row's key is not a bigint".into()))?))
+}
+
+/// Writes a row's fields as the file's columns; `extra` fields follow them (read, never written).
+fn write_fields(columns: &[&ColumnSpec], extra: usize, tuple: &Tuple<'_>, csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
+    if tuple.len() != columns.len() + extra {
         return Err(SnapshotError::Data(format!("{} fields for {} columns", tuple.len(), columns.len())));
     }
     for (i, column) in columns.iter().enumerate() {
@@ -630,11 +720,20 @@ fn produce_sqlite(
         *slot = Some(conn.get_interrupt_handle());
     }
     conn.busy_timeout(crate::db::SQLITE_BUSY_TIMEOUT)?;
-    // One read transaction: the count and the rows see the same snapshot.
+    // One read transaction: the count and the rows see the same snapshot. (A part is not
+    // counted; its snapshot's moment is read instead, by a statement that reads the database
+    // file, so that the snapshot begins with it.)
     conn.execute_batch("BEGIN")?;
-    let total: i64 = conn.query_row(&plan.count_sql(DbBackend::Sqlite), [], |r| r.get(0))?;
-    tx.blocking_send(Produced::Counted(total)).map_err(|_| Stopped)?;
+    let read_at: Option<i64> = match plan.part {
+        Some(_) => Some(conn.query_row(&format!("SELECT {} FROM sqlite_schema LIMIT 1", crate::db::now_ms_sql(DbBackend::Sqlite)), [], |r| r.get(0))?),
+        None => {
+            let total: i64 = conn.query_row(&plan.count_sql(DbBackend::Sqlite), [], |r| r.get(0))?;
+            tx.blocking_send(Produced::Counted(total)).map_err(|_| Stopped)?;
+            None
+        }
+    };
     let mut out = Chunker::new(plan)?;
+    let mut keys = Keys::default();
     let mut statement = conn.prepare(&plan.rows_sql(DbBackend::Sqlite))?;
     let mut rows = statement.query([])?;
     while let Some(row) = rows.next()? {
@@ -645,6 +744,9 @@ fn produce_sqlite(
                 (_, other) => return Err(SnapshotError::Data(format!("{} holds {:?}", column.name, other.data_type()))),
             }
         }
+        if plan.part.is_some() {
+            keys.saw(row.get::<_, i64>(plan.columns.len())?);
+        }
         out.row_done()?;
         for chunk in out.ready.drain(..) {
             tx.blocking_send(chunk).map_err(|_| Stopped)?;
@@ -654,10 +756,46 @@ fn produce_sqlite(
     for chunk in out.ready.drain(..) {
         tx.blocking_send(chunk).map_err(|_| Stopped)?;
     }
+    if let Some(read_at) = read_at {
+        tx.blocking_send(keys.part(read_at)).map_err(|_| Stopped)?;
+    }
     drop(rows);
     drop(statement);
     conn.execute_batch("COMMIT")?;
     Ok(())
+}
+
+/// The highest key and the number of `plan`'s rows, read in one snapshot (what a checkpointed
+/// export fixes at its first claim); the key is `None` when there are no rows.
+pub async fn bounds(source: &Source, plan: &Plan) -> Result<(Option<i64>, i64), SnapshotError> {
+    match source {
+        Source::Postgres { pool, .. } => {
+            let mut conn = pool.acquire().await?;
+            let sql = plan.bounds_sql(DbBackend::Postgres);
+            let read: Result<(Option<i64>, i64), SnapshotError> = async {
+                let mut t = sqlx::Connection::begin(&mut *conn).await?;
+                read_only_snapshot(&mut t, None).await?;
+                let bounds = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&mut *t).await?;
+                t.commit().await?;
+                Ok(bounds)
+            }
+            .await;
+            if read.is_err() {
+                conn.close_on_drop();
+            }
+            read
+        }
+        Source::Sqlite(path) => {
+            let (path, sql) = (path.clone(), plan.bounds_sql(DbBackend::Sqlite));
+            tokio::task::spawn_blocking(move || {
+                let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+                conn.busy_timeout(crate::db::SQLITE_BUSY_TIMEOUT)?;
+                Ok(conn.query_row(&sql, [], |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, i64>(1)?)))?)
+            })
+            .await
+            .map_err(|e| SnapshotError::Database(format!("the bounds' read stopped: {e}")))?
+        }
+    }
 }
 
 #[cfg(test)]
@@ -724,7 +862,7 @@ mod tests {
             for piece in stream.chunks(split) {
                 decoder.feed(piece);
                 while let Some(tuple) = decoder.next_tuple().unwrap() {
-                    write_fields(&columns, &tuple, &mut csv).unwrap();
+                    write_fields(&columns, 0, &tuple, &mut csv).unwrap();
                     csv.end_row().unwrap();
                 }
             }

@@ -1,0 +1,129 @@
+//! A checkpointed export (SPEC §5.1): its rows in key order, cut into parts of exactly
+//! `EXPORTD_PART_ROWS` (the last may be shorter), each read by key range in its own short
+//! snapshot, staged, checked, published under its own immutable key, made durable, and
+//! checkpointed by one fenced UPDATE with its audit row. A later attempt keeps every checkpointed
+//! part and continues after the last checkpointed key: no row is read twice, none is skipped.
+//! When the last part is checkpointed, the manifest is published and the bundle's digest read
+//! once; the release makes the manifest the artifact.
+//!
+//! The part size, the highest key and the row count are fixed at the first claim: rows with
+//! keys above it (inserted since) are not in the export. Each part shows the moment of its own
+//! read, which its checkpoint and the manifest record.
+
+use super::export_csv::{Attempt, Stop};
+use crate::entities::exports;
+use crate::exports::canonical::canonical_json;
+use crate::exports::reports::find_report;
+use crate::exports::parts::{self, PartRecord, PartsPlan};
+use crate::job_store::authority::Authority;
+use crate::job_store::checkpoints;
+use crate::job_store::transitions::{self, Artifact};
+use crate::job_store::Mover;
+use crate::storage::{manifest_key, part_key, staging_part_key};
+use crate::worker::encoding::extension;
+use crate::worker::snapshot::{self, KeyRange, Plan};
+use app::{ExportRequest, ResolvedContract};
+use sha2::{Digest, Sha256};
+
+/// Runs the rest of a checkpointed export: from after its last checkpointed part to its release.
+pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, request: &ExportRequest, resolved: &ResolvedContract) -> Result<Box<exports::Model>, Stop> {
+    let job = a.job;
+    let started = std::time::Instant::now();
+    let report = find_report(&job.report).ok_or_else(|| Stop::internal(format!("unknown report {:?}", job.report)))?;
+    let fixed = fix_plan(a, &plan).await?;
+    a.lease.counted(fixed.rows_total);
+    let checkpointed = checkpoints::of_job(&a.ctx.db, &job.id).await.map_err(Stop::internal)?;
+    let mut parts = parts::from_checkpoints(&checkpointed).map_err(Stop::internal)?;
+    let mut rows_done: i64 = parts.iter().map(|p| p.rows).sum();
+    a.lease.wrote(rows_done);
+    if !parts.is_empty() {
+        tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, parts = parts.len(), "resuming after the last checkpointed part");
+    }
+    let compression = request.options.compression;
+    while !finished(&parts, &fixed) {
+        a.checkpoint()?;
+        let index = parts.len() as i32 + 1;
+        let range = KeyRange { after: parts.last().and_then(|p| p.last_key), max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
+        let staging = staging_part_key(&job.id, job.generation, index);
+        // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
+        a.authorised(report, &resolved.columns).await?;
+        let staged = a.stage(plan.part(range), &staging, compression, rows_done).await?;
+        let read = staged.part.ok_or_else(|| Stop::internal("a part's read reported no keys"))?;
+        if staged.rows == 0 && index > 1 {
+            // The rows left were deleted since the plan was fixed: nothing more to write.
+            let _ = a.store.delete(&staging).await;
+            break;
+        }
+        a.fault("after_part_staged")?;
+        a.validate(&staged, &staging).await?;
+        let key = part_key(&job.tenant_id, &job.id, index, job.generation, &staged.sha256, extension(compression));
+        a.publish(&staging, &key).await?;
+        let part = PartRecord {
+            index,
+            key: key.to_string(),
+            first_key: read.first_key,
+            last_key: read.last_key,
+            rows: staged.rows,
+            bytes: staged.bytes,
+            sha256: staged.sha256,
+            crc32: staged.crc32,
+            read_at: read.read_at,
+            attempt: job.attempt,
+            generation: job.generation,
+        };
+        let payload = serde_json::to_value(&part).map_err(Stop::internal)?;
+        checkpoints::record(&a.ctx.db, job, index, &payload, rows_done + part.rows, Mover::Worker(&a.ctx.worker_id))
+            .await
+            .map_err(Stop::internal)?
+            .map_err(Stop::refused)?;
+        if let Err(e) = a.store.delete(&staging).await {
+            tracing::warn!(export = %job.id, error = %e, "a part's staging object was not deleted; the janitor will");
+        }
+        rows_done += part.rows;
+        a.lease.wrote(rows_done);
+        tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, part = index, rows = part.rows, "part checkpointed");
+        parts.push(part);
+        a.fault("after_checkpoint")?;
+    }
+
+    // The manifest, published like a file; then the bundle's digest, read once from the parts.
+    let manifest = canonical_json(&parts::manifest(&job.id, request, resolved, &parts)).into_bytes();
+    let sha256 = hex::encode(Sha256::digest(&manifest));
+    a.checkpoint()?;
+    transitions::fence(&a.ctx.db, job, a.ctx.config.lease, authority).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
+    let key = manifest_key(&job.tenant_id, &job.id, &sha256);
+    a.store.put_once(&key, bytes::Bytes::from(manifest.clone())).await.map_err(Stop::storage)?;
+    a.store.make_durable(&key).await.map_err(Stop::storage)?;
+    let bundle = parts::bundle(bytes::Bytes::from(manifest), &parts);
+    let ticker = a.lease.ticker();
+    let digest = a.store.digest_pieces(&bundle.pieces(0..bundle.size()), std::sync::Arc::new(move || ticker.tick())).await.map_err(Stop::storage)?;
+    let artifact = Artifact { key: key.to_string(), sha256, bytes: bundle.size() as i64, rows: rows_done, bundle_digest: Some(digest) };
+    let released = a.release(&artifact, authority).await?;
+    let metrics = &a.ctx.metrics;
+    metrics.rows_exported.inc_by(rows_done.max(0) as u64);
+    metrics.bytes_exported.inc_by(bundle.size());
+    metrics.export_duration.observe(started.elapsed().as_secs_f64());
+    tracing::info!(export = %job.id, rows = rows_done, parts = parts.len(), bytes = bundle.size(), ms = started.elapsed().as_millis() as u64, "export released");
+    Ok(released)
+}
+
+/// Whether the last checkpointed part was the last: shorter than a part, or ending at the
+/// highest key (or none: an export with no rows has one part, with the header only).
+fn finished(parts: &[PartRecord], plan: &PartsPlan) -> bool {
+    parts.last().is_some_and(|last| last.rows < plan.part_rows as i64 || last.last_key.is_none() || last.last_key >= plan.max_key)
+}
+
+/// The plan in force: the one an earlier attempt fixed, or one fixed now from a snapshot of the
+/// rows (their highest key and their number) and the part size configured now.
+async fn fix_plan(a: &Attempt<'_>, plan: &Plan) -> Result<PartsPlan, Stop> {
+    let fixed = match &a.job.checkpoint_plan {
+        Some(fixed) => fixed.clone(),
+        None => {
+            let (max_key, rows_total) = snapshot::bounds(&a.ctx.snapshots, plan).await.map_err(Stop::snapshot)?;
+            let plan = PartsPlan { part_rows: a.ctx.config.part_rows.max(1), max_key, rows_total };
+            let proposed = serde_json::to_string(&plan).map_err(Stop::internal)?;
+            checkpoints::fix_plan(&a.ctx.db, a.job, &proposed).await.map_err(Stop::internal)?.map_err(Stop::refused)?
+        }
+    };
+    serde_json::from_str(&fixed).map_err(Stop::internal)
+}
