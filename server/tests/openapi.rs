@@ -25,6 +25,7 @@ async fn the_served_openapi_document_matches_the_reviewed_snapshot() {
             "/api/exports/{id}",
             "/api/exports/{id}/cancel",
             "/api/exports/{id}/download",
+            "/api/exports/{id}/parts/{n}/download",
             "/api/openapi.json",
             "/api/session",
             "/files/{id}",

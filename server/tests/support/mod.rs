@@ -2,6 +2,7 @@
 //! or a new PostgreSQL database made through `TEST_DATABASE_URL`) and a local object store.
 #![allow(dead_code)]
 
+pub mod bundles;
 pub mod holders;
 pub mod procs;
 pub mod s3;
@@ -354,10 +355,20 @@ pub struct Gate {
 impl Gate {
     /// Closes the fault point `name` (a full name, see [`TestApp::fault`]).
     pub fn close(name: &str) -> Gate {
+        Gate::close_at(name, 1)
+    }
+
+    /// Closes the fault point `name` from its `nth` pass on (1 = the first): the passes before
+    /// it go through.
+    pub fn close_at(name: &str, nth: usize) -> Gate {
         let (tx, hits) = tokio::sync::mpsc::unbounded_channel();
         let open = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
         let held = open.clone();
+        let passes = std::sync::atomic::AtomicUsize::new(0);
         fail::cfg_callback(name, move || {
+            if passes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 < nth {
+                return;
+            }
             let _ = tx.send(());
             let (lock, cv) = &*held;
             let mut is_open = lock.lock().unwrap();
@@ -390,6 +401,58 @@ impl Drop for Gate {
     fn drop(&mut self) {
         self.open();
         fail::remove(&self.name);
+    }
+}
+
+/// A fault point that holds each worker reaching it until the test lets that one through:
+/// the test can look at the world at every pass (between every two parts, say).
+#[cfg(feature = "failpoints")]
+pub struct Turnstile {
+    name: String,
+    hits: tokio::sync::mpsc::UnboundedReceiver<()>,
+    permits: Arc<(Mutex<usize>, std::sync::Condvar)>,
+}
+
+#[cfg(feature = "failpoints")]
+impl Turnstile {
+    /// Closes the fault point `name` (a full name, see [`TestApp::fault`]).
+    pub fn close(name: &str) -> Turnstile {
+        let (tx, hits) = tokio::sync::mpsc::unbounded_channel();
+        let permits = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+        let held = permits.clone();
+        fail::cfg_callback(name, move || {
+            let _ = tx.send(());
+            let (lock, cv) = &*held;
+            let mut left = lock.lock().unwrap();
+            while *left == 0 {
+                left = cv.wait(left).unwrap();
+            }
+            *left -= 1;
+        })
+        .unwrap();
+        Turnstile { name: name.to_owned(), hits, permits }
+    }
+
+    /// Waits until a worker is held at the turnstile; `false` if none comes within `limit`.
+    pub async fn reached_within(&mut self, limit: Duration) -> bool {
+        matches!(tokio::time::timeout(limit, self.hits.recv()).await, Ok(Some(())))
+    }
+
+    /// Lets one held worker through.
+    pub fn pass(&self) {
+        let (lock, cv) = &*self.permits;
+        *lock.lock().unwrap() += 1;
+        cv.notify_all();
+    }
+}
+
+#[cfg(feature = "failpoints")]
+impl Drop for Turnstile {
+    fn drop(&mut self) {
+        fail::remove(&self.name);
+        let (lock, cv) = &*self.permits;
+        *lock.lock().unwrap() = usize::MAX / 2;
+        cv.notify_all();
     }
 }
 

@@ -196,6 +196,21 @@ impl Proc {
         }
     }
 
+    /// Waits until `n` lines of stderr contain every one of `needles` (a fault point met for the
+    /// `n`th time, say).
+    pub async fn wait_count(&self, needles: &[&str], n: usize, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.more.notified();
+            if self.lines.lock().unwrap().iter().filter(|l| needles.iter().all(|x| l.contains(x))).count() >= n {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!("{}: fewer than {n} lines with {needles:?} within {limit:?}", self.label);
+            }
+        }
+    }
+
     /// How many lines the process has written so far.
     pub fn line_count(&self) -> usize {
         self.lines.lock().unwrap().len()
@@ -300,6 +315,17 @@ impl Api {
     /// The same client with another user's token.
     pub fn as_user(&self, token: &str) -> Api {
         Api::new(&self.base, token)
+    }
+
+    /// The link a `…/download` path answers with (303), made absolute; or the answer's status
+    /// and problem body.
+    pub async fn link(&self, path: &str) -> Result<String, (u16, Value)> {
+        let resp = self.client.get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await.unwrap();
+        if resp.status() != 303 {
+            return Err((resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null)));
+        }
+        let link = resp.headers()["location"].to_str().unwrap().to_owned();
+        Ok(if link.starts_with("http") { link } else { format!("{}{link}", self.base) })
     }
 
     /// Downloads a ready export's file through the minted link.

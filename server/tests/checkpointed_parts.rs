@@ -1,0 +1,258 @@
+//! Checkpointed exports in one process (SPEC §5.1), held at their part boundaries by fault
+//! points: each part shows its own snapshot and no transaction stays open between parts; a store
+//! outage resumes at the part it broke; a cancel stops at the next boundary and the parts are
+//! swept; an expired bundle's parts are deleted. Also the request's new fields and the part
+//! downloads' answers.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::time::Duration;
+use support::procs::everything;
+use support::{bundles, expect_problem, Backend, Gate, Options, TestApp, Turnstile};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// 3,000 orders per tenant in parts of 500: six parts.
+fn options(backend: Backend) -> Options {
+    Options { worker: true, orders: 3_000, adjust: |c| c.part_rows = 500, ..Options::new(backend) }
+}
+
+fn checkpointed() -> Value {
+    let mut body = everything("orders");
+    body["consistency"] = "checkpointed".into();
+    body
+}
+
+async fn create(app: &TestApp, client: &reqwest::Client, key: &str, body: &Value) -> String {
+    let resp = app.create(client, key, body).await;
+    assert_eq!(resp.status(), 202);
+    resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+async fn view(app: &TestApp, client: &reqwest::Client, id: &str) -> Value {
+    client.get(app.url(&format!("/api/exports/{id}"))).send().await.unwrap().json().await.unwrap()
+}
+
+/// Follows `path` (a `…/download`) and returns the file.
+async fn download(app: &TestApp, client: &reqwest::Client, path: &str) -> (reqwest::header::HeaderMap, bytes::Bytes) {
+    let resp = client.get(app.url(path)).send().await.unwrap();
+    assert_eq!(resp.status(), 303, "{path}");
+    let link = resp.headers()["location"].to_str().unwrap().to_owned();
+    let file = client.get(app.url(&link)).send().await.unwrap();
+    assert_eq!(file.status(), 200, "{link}");
+    (file.headers().clone(), file.bytes().await.unwrap())
+}
+
+/// The demo tenant's order keys, in order.
+async fn keys(app: &TestApp) -> Vec<i64> {
+    let backend = app.db.get_database_backend();
+    let found = sea_orm::ConnectionTrait::query_all_raw(&app.db, sea_orm::Statement::from_string(backend, "SELECT id FROM orders WHERE tenant_id = 'ten_acme' ORDER BY id")).await.unwrap();
+    found.iter().map(|r| r.try_get_by_index::<i64>(0).unwrap()).collect()
+}
+
+/// `(seq, generation)` of the job's checkpoints.
+async fn checkpoints(app: &TestApp, id: &str) -> Vec<(i64, i64)> {
+    let backend = app.db.get_database_backend();
+    let sql = format!("SELECT CAST(seq AS BIGINT), CAST(generation AS BIGINT) FROM job_checkpoints WHERE job_id = '{id}' ORDER BY seq");
+    let found = sea_orm::ConnectionTrait::query_all_raw(&app.db, sea_orm::Statement::from_string(backend, sql)).await.unwrap();
+    found.iter().map(|r| (r.try_get_by_index::<i64>(0).unwrap(), r.try_get_by_index::<i64>(1).unwrap())).collect()
+}
+
+/// Transactions of other sessions that are open on the database now: idle inside a transaction,
+/// or running a COPY of the rows (PostgreSQL's `pg_stat_activity`).
+async fn open_transactions(app: &TestApp) -> Vec<String> {
+    let sql = "SELECT CONCAT(pid, ' ', state, ' ', LEFT(query, 80)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
+               AND xact_start IS NOT NULL AND (state LIKE 'idle in transaction%' OR query LIKE 'COPY (%')";
+    let found = sea_orm::ConnectionTrait::query_all_raw(&app.db, sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, sql)).await.unwrap();
+    found.iter().map(|r| r.try_get_by_index::<String>(0).unwrap()).collect()
+}
+
+fn millis(rfc3339: &Value) -> i64 {
+    rfc3339.as_str().unwrap().parse::<jiff::Timestamp>().unwrap().as_millisecond()
+}
+
+on_both_backends!(each_part_shows_its_own_snapshot_and_no_transaction_of_the_export_stays_open_between_parts, |backend| {
+    let app = TestApp::start(options(backend)).await;
+    let bob = app.login("bob@acme.test").await;
+    let mut boundary = Turnstile::close(&app.fault("after_checkpoint"));
+    let before = keys(&app).await;
+    assert_eq!(before.len(), 3_000);
+    let id = create(&app, &bob, "moments", &checkpointed()).await;
+
+    // After part 1: rows change in parts already read and parts not read yet, rows are deleted
+    // and inserted.
+    assert!(boundary.reached_within(LONG).await, "part 1 checkpointed");
+    let running = view(&app, &bob, &id).await;
+    assert_eq!(running["status"], "running", "{running}");
+    assert_eq!(running["progress"]["parts_done"], 1, "{running}");
+    assert_eq!(running["progress"]["parts_expected"], 6, "{running}");
+    assert_eq!(running["progress"]["rows_written"], 500, "{running}");
+    let (early, late, gone) = (before[10], before[1_200], before[2_100]);
+    app.exec(&format!("UPDATE orders SET notes = 'changed between parts' WHERE id IN ({early}, {late})")).await;
+    app.exec(&format!("DELETE FROM orders WHERE id = {gone}")).await;
+    app.exec(
+        "INSERT INTO orders (tenant_id, customer_id, placed_at, country, status, total_cents, currency, notes) \
+         SELECT tenant_id, customer_id, placed_at, country, status, total_cents, currency, 'inserted during the export' FROM orders WHERE tenant_id = 'ten_acme' AND id < 100",
+    )
+    .await;
+    let changed_at = exportd::db::db_now_ms(&app.db).await.unwrap();
+    let mut passes = 0;
+    loop {
+        if backend == Backend::Postgres {
+            assert_eq!(open_transactions(&app).await, Vec::<String>::new(), "between parts (after part {}), no transaction of the export is open", passes + 1);
+        }
+        boundary.pass();
+        passes += 1;
+        if !boundary.reached_within(Duration::from_secs(20)).await {
+            break;
+        }
+    }
+    assert_eq!(passes, 6, "one boundary per part");
+    let done = app.wait_terminal(&bob, &id, LONG).await;
+    assert_eq!(done["status"], "ready", "{done}");
+
+    let (_, bytes) = download(&app, &bob, &format!("/api/exports/{id}/download")).await;
+    let (unzipped, rows) = bundles::check(&bytes, &done, 500);
+    let expected: Vec<i64> = before.iter().copied().filter(|k| *k != gone).collect();
+    assert_eq!(bundles::keys(&rows), expected, "every row once, in key order; the deleted row absent, and the rows inserted above max_key absent");
+    let header: Vec<String> = bundles::records(&bundles::csv_text(&unzipped.parts[0].0, &unzipped.parts[0].1)).0;
+    let notes = header.iter().position(|h| h == "notes").expect("a notes column");
+    let note_of = |key: i64| rows.iter().find(|r| r[0] == key.to_string()).map(|r| r[notes].to_owned()).unwrap();
+    assert_ne!(note_of(early), "changed between parts", "a row of part 1 shows part 1's moment");
+    assert_eq!(note_of(late), "changed between parts", "a row of part 3 shows part 3's moment");
+    assert!(rows.iter().all(|r| &r[notes] != "inserted during the export"));
+
+    let parts = unzipped.manifest["parts"].as_array().unwrap();
+    assert!(millis(&parts[0]["read_at"]) <= changed_at, "part 1 was read before the change: {}", parts[0]);
+    for part in &parts[1..] {
+        assert!(millis(&part["read_at"]) >= changed_at, "later parts were read after it: {part}");
+    }
+    assert!(parts.windows(2).all(|w| millis(&w[0]["read_at"]) <= millis(&w[1]["read_at"])), "each part has its own, later moment");
+    assert!(parts.iter().all(|p| p["attempt"] == 1 && p["generation"] == 1), "one attempt read them all");
+    drop(boundary);
+    app.stop().await;
+});
+
+on_both_backends!(a_store_outage_during_part_3_waits_to_retry_and_resumes_at_part_3_not_at_part_1, |backend| {
+    let app = TestApp::start(Options { adjust: |c| { c.part_rows = 500; c.max_attempts = 20; }, ..options(backend) }).await;
+    let bob = app.login("bob@acme.test").await;
+    let mut gate = Gate::close_at(&app.fault("after_checkpoint"), 2);
+    let id = create(&app, &bob, "outage", &checkpointed()).await;
+    gate.reached().await;
+    app.store_down();
+    gate.open();
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let v = view(&app, &bob, &id).await;
+        if v["status"] == "retry_wait" {
+            assert_eq!(v["error"]["code"], "storage_unavailable", "{v}");
+            break;
+        }
+        assert_ne!(v["status"], "ready", "the store was down: {v}");
+        assert!(tokio::time::Instant::now() < deadline, "no retry_wait: {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    app.store_up();
+    let done = app.wait_terminal(&bob, &id, LONG).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    let cps = checkpoints(&app, &id).await;
+    assert_eq!(cps.len(), 6, "{cps:?}");
+    assert_eq!(&cps[..2], &[(1, 1), (2, 1)], "parts 1 and 2 were kept");
+    let resumed = cps[2].1;
+    assert!(resumed > 1 && cps[2..].iter().all(|(_, g)| *g == resumed), "one later attempt did parts 3 to 6: {cps:?}");
+    let retried = app
+        .scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND from_status = 'running' AND to_status = 'retry_wait' AND generation = 1"))
+        .await;
+    assert_eq!(retried, 1, "the outage is in the audit trail");
+    let (_, bytes) = download(&app, &bob, &format!("/api/exports/{id}/download")).await;
+    let (_, rows) = bundles::check(&bytes, &done, 500);
+    assert_eq!(bundles::keys(&rows), keys(&app).await);
+    app.stop().await;
+});
+
+on_both_backends!(a_cancel_stops_a_checkpointed_export_at_the_next_part_boundary_and_its_parts_are_swept, |backend| {
+    let app = TestApp::start(options(backend)).await;
+    let bob = app.login("bob@acme.test").await;
+    let mut gate = Gate::close(&app.fault("after_checkpoint"));
+    let id = create(&app, &bob, "cancelled", &checkpointed()).await;
+    gate.reached().await;
+    let resp = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(resp.status(), 202, "running: cancel is asked");
+    gate.open();
+    let done = app.wait_terminal(&bob, &id, LONG).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert_eq!(checkpoints(&app, &id).await, vec![(1, 1)], "no part after the boundary where the cancel was seen");
+    let prefix = format!("exports/ten_acme/{id}");
+    let deadline = tokio::time::Instant::now() + LONG;
+    while !(app.objects(&prefix).is_empty() && app.objects("staging").is_empty()) {
+        assert!(tokio::time::Instant::now() < deadline, "parts not swept: {:?} {:?}", app.objects(&prefix), app.objects("staging"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.stop().await;
+});
+
+on_both_backends!(an_expired_bundle_deletes_its_manifest_and_parts_and_reads_as_expired, |backend| {
+    let app = TestApp::start(options(backend)).await;
+    let bob = app.login("bob@acme.test").await;
+    let id = create(&app, &bob, "expiring", &checkpointed()).await;
+    let done = app.wait_terminal(&bob, &id, LONG).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    let prefix = format!("exports/ten_acme/{id}");
+    assert_eq!(app.objects(&prefix).len(), 7, "the manifest and six parts: {:?}", app.objects(&prefix));
+    let part_link = bob.get(app.url(&format!("/api/exports/{id}/parts/2/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
+    let bundle_link = bob.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
+
+    app.exec(&format!("UPDATE exports SET artifact_expires_at = 1 WHERE id = '{id}'")).await;
+    let deadline = tokio::time::Instant::now() + LONG;
+    while view(&app, &bob, &id).await["artifact"]["expired"] != true {
+        assert!(tokio::time::Instant::now() < deadline, "not expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(app.objects(&prefix), Vec::<String>::new(), "the manifest and every part are deleted");
+    let expired = view(&app, &bob, &id).await;
+    assert!(expired["download"].is_null(), "{expired}");
+    expect_problem(bob.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap(), 410, "artifact-expired").await;
+    expect_problem(bob.get(app.url(&format!("/api/exports/{id}/parts/2/download"))).send().await.unwrap(), 410, "artifact-expired").await;
+    expect_problem(bob.get(app.url(&part_link)).send().await.unwrap(), 410, "artifact-expired").await;
+    expect_problem(bob.get(app.url(&bundle_link)).send().await.unwrap(), 410, "artifact-expired").await;
+    app.stop().await;
+});
+
+on_both_backends!(consistency_and_compression_are_validated_and_enter_the_fingerprint_only_when_not_default, |backend| {
+    let app = TestApp::start(Options { worker: false, ..Options::new(backend) }).await;
+    let bob = app.login("bob@acme.test").await;
+    let mut bad = json!({"report": "orders", "consistency": "eventual"});
+    let problem = expect_problem(app.create(&bob, "bad-consistency", &bad).await, 422, "invalid-request").await;
+    assert_eq!(problem["errors"][0]["pointer"], "/consistency", "{problem}");
+    bad = json!({"report": "orders", "options": {"compression": "zip"}});
+    let problem = expect_problem(app.create(&bob, "bad-compression", &bad).await, 422, "invalid-request").await;
+    assert_eq!(problem["errors"][0]["pointer"], "/options/compression", "{problem}");
+
+    let plain = json!({"report": "orders"});
+    let first = app.create(&bob, "k1", &plain).await;
+    assert_eq!(first.status(), 202);
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["request"]["consistency"], "snapshot");
+    assert_eq!(first["request"]["options"]["compression"], "none");
+    let explicit = json!({"report": "orders", "consistency": "snapshot", "options": {"compression": "none", "bom": false}});
+    let replay = app.create(&bob, "k1", &explicit).await;
+    assert_eq!(replay.status(), 202, "the defaults spelled out are the same intent");
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    for changed in [json!({"report": "orders", "consistency": "checkpointed"}), json!({"report": "orders", "options": {"compression": "gzip"}})] {
+        expect_problem(app.create(&bob, "k1", &changed).await, 422, "idempotency-key-reused").await;
+    }
+    let stored = app.scalar("SELECT COUNT(*) FROM exports WHERE fingerprint IS NOT NULL").await;
+    assert_eq!(stored, 1, "the refused requests stored nothing");
+
+    // The parts of an export that has none, or not yet, or that do not exist.
+    let id = first["id"].as_str().unwrap();
+    let big = create(&app, &bob, "k2", &json!({"report": "orders", "consistency": "checkpointed", "options": {"compression": "gzip"}})).await;
+    expect_problem(bob.get(app.url(&format!("/api/exports/{big}/parts/1/download"))).send().await.unwrap(), 409, "export-not-ready").await;
+    for n in ["0", "-1", "abc", "1.5", "+1", "99999999999"] {
+        expect_problem(bob.get(app.url(&format!("/api/exports/{big}/parts/{n}/download"))).send().await.unwrap(), 404, "export-not-found").await;
+    }
+    expect_problem(bob.get(app.url(&format!("/api/exports/{id}/parts/1/download"))).send().await.unwrap(), 404, "export-not-found").await;
+    expect_problem(bob.get(app.url("/api/exports/exp_0123456789abcdef0123456789abcdef/parts/1/download")).send().await.unwrap(), 404, "export-not-found").await;
+    app.stop().await;
+});
