@@ -102,3 +102,67 @@ on_both_backends!(a_strict_parser_reads_back_every_value_defused_where_it_must_b
     assert_eq!(&with_bom[3..], &bytes[..], "and changes nothing else");
     app.stop().await;
 });
+
+/// Creates `body` as bob and returns the ready view and the downloaded file with its headers.
+async fn export_file(app: &TestApp, client: &reqwest::Client, key: &str, body: &Value) -> (Value, reqwest::header::HeaderMap, bytes::Bytes) {
+    let resp = app.create(client, key, body).await;
+    assert_eq!(resp.status(), 202);
+    let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    let done = app.wait_terminal(client, &id, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    let link = client.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
+    let resp = client.get(app.url(&link)).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    (done, resp.headers().clone(), resp.bytes().await.unwrap())
+}
+
+fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).expect("one gzip stream");
+    out
+}
+
+on_both_backends!(a_gzipped_export_is_the_same_csv_compressed_and_its_digest_is_of_the_bytes_served, |backend| {
+    let app = TestApp::start(support::Options { worker: true, orders: 2_000, adjust: |c| c.part_rows = 700, ..support::Options::new(backend) }).await;
+    // Text that must be defused, quoted or kept, inside the compressed file too.
+    app.exec("UPDATE orders SET notes = '=1+1, \"quoted\"\r\nفاطمة' WHERE id IN (SELECT id FROM orders WHERE tenant_id = 'ten_acme' ORDER BY id LIMIT 50)").await;
+    let bob = app.login("bob@acme.test").await;
+    let mut plain = support::procs::everything("orders");
+    plain["options"] = json!({"bom": true});
+    let mut gzipped = plain.clone();
+    gzipped["options"]["compression"] = "gzip".into();
+    let (_, _, csv) = export_file(&app, &bob, "plain", &plain).await;
+    let (done, headers, gz) = export_file(&app, &bob, "gzipped", &gzipped).await;
+    let id = done["id"].as_str().unwrap();
+
+    assert_eq!(headers["content-type"], "application/gzip");
+    assert!(headers.get("content-encoding").is_none(), "gzip is the file's type, never a transfer encoding");
+    assert_eq!(headers["content-disposition"], format!("attachment; filename=\"orders-{id}.csv.gz\"").as_str());
+    let sha = support::procs::sha256(&gz);
+    assert_eq!(done["artifact"]["sha256"], sha.as_str(), "the artifact's digest is of the compressed bytes served");
+    assert_eq!(done["artifact"]["bytes"].as_u64(), Some(gz.len() as u64));
+    assert_eq!(headers["etag"], format!("\"{sha}\"").as_str());
+    let digest = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, hex::decode(&sha).unwrap());
+    assert_eq!(headers["content-digest"], format!("sha-256=:{digest}:").as_str());
+    assert!(app.objects(&format!("exports/ten_acme/{id}")).iter().all(|k| k.ends_with(&format!("{sha}.csv.gz"))), "{:?}", app.objects("exports"));
+
+    let text = gunzip(&gz);
+    assert!(text == csv.to_vec(), "decompressed, it is exactly the plain export: BOM, header, CRLF, quoting and defusing");
+    let mut reader = csv::ReaderBuilder::new().flexible(false).from_reader(&text[3..]);
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("strict RFC 4180")).collect();
+    assert_eq!(rows.len() as u64, done["artifact"]["rows"].as_u64().unwrap());
+    let notes = reader.headers().unwrap().iter().position(|h| h == "notes").unwrap();
+    assert_eq!(&rows[0][notes], "'=1+1, \"quoted\"\r\nفاطمة");
+
+    // In parts too: each part a gzip file of its rows, each with the header and the BOM.
+    let mut parted = gzipped.clone();
+    parted["consistency"] = "checkpointed".into();
+    let (done, headers, zip) = export_file(&app, &bob, "gzipped-parts", &parted).await;
+    assert_eq!(headers["content-type"], "application/zip");
+    let (unzipped, rows) = support::bundles::check(&zip, &done, 700);
+    assert!(unzipped.parts.iter().all(|(name, data)| name.ends_with(".csv.gz") && support::bundles::csv_text(name, data).starts_with("\u{feff}order_id,".as_bytes())));
+    let whole: Vec<csv::StringRecord> = csv::ReaderBuilder::new().from_reader(&csv[3..]).records().map(Result::unwrap).collect();
+    assert_eq!(rows, whole, "the parts' rows are the whole export's rows");
+    assert_eq!(unzipped.manifest["compression"], "gzip");
+    app.stop().await;
+});

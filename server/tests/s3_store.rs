@@ -175,3 +175,98 @@ async fn each_deployment_writes_and_reads_only_its_own_bucket() {
     w.signal("TERM");
     assert!(w.wait_exit(LONG).await.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_above_the_copy_limit_is_published_by_ranged_part_copies_once_and_only_if_absent() {
+    use exportd::storage::{ExportStore, Published};
+    use object_store::path::Path;
+    let moto = Moto::start().await;
+    moto.bucket("exports").await;
+    let vars: std::collections::HashMap<String, String> = moto.env().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    // S3's limit is 5 GiB per copied part; here 5 MiB, the smallest part S3 takes.
+    const MIB: u64 = 1024 * 1024;
+    let store = ExportStore::open_with("s3://exports/tenant-files", &vars).unwrap().with_ranged_copies_above(5 * MIB, 5 * MIB);
+    let bytes: Vec<u8> = (0..(12 * MIB + 12_345)).map(|i| (i * 7 % 251) as u8).collect();
+    let staged = Path::from("staging/exp_ranged/1");
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = ticks.clone();
+    let on_progress: exportd::storage::OnProgress = std::sync::Arc::new(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    });
+    let mut upload = store.stage(&staged, on_progress.clone());
+    upload.write(&bytes).await.unwrap();
+    upload.finish().await.unwrap();
+    let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+
+    let key = Path::from("exports/ten_acme/exp_ranged/file.csv");
+    assert_eq!(store.publish(&staged, &key, on_progress.clone()).await.unwrap(), Published::Created);
+    assert_eq!(ticks.load(std::sync::atomic::Ordering::Relaxed) - before, 3, "three ranged copies (5 + 5 + 2 MiB), each progress");
+    let meta = store.objects().head(&key).await.unwrap();
+    assert_eq!(meta.size, bytes.len() as u64);
+    assert!(meta.e_tag.as_deref().is_some_and(|t| t.trim_matches('"').ends_with("-3")), "a multipart object of three parts: {:?}", meta.e_tag);
+    let read = store.objects().get(&key).await.unwrap().bytes().await.unwrap();
+    assert!(read == bytes, "the copy is the staged file, byte for byte");
+    assert_eq!(moto.open_uploads("exports").await, 0, "the upload was completed");
+
+    // A second publisher meets the object (If-None-Match: * on completion) and drops its copy.
+    let other = Path::from("staging/exp_ranged/2");
+    let mut upload = store.stage(&other, on_progress.clone());
+    upload.write(&bytes.iter().map(|b| b ^ 0xff).collect::<Vec<u8>>()).await.unwrap();
+    upload.finish().await.unwrap();
+    assert_eq!(store.publish(&other, &key, on_progress.clone()).await.unwrap(), Published::AlreadyThere);
+    let read = store.objects().get(&key).await.unwrap().bytes().await.unwrap();
+    assert!(read == bytes, "the object already there is kept");
+    assert_eq!(moto.open_uploads("exports").await, 0, "the dropped copy's upload was aborted");
+    assert!(moto.keys("exports", "tenant-files/exports/").await == vec!["tenant-files/exports/ten_acme/exp_ranged/file.csv".to_owned()], "under the store's prefix");
+
+    // A source that is gone: an error, and no upload left behind.
+    let missing = store.publish(&Path::from("staging/exp_ranged/404"), &Path::from("exports/ten_acme/exp_ranged/other.csv"), on_progress).await;
+    assert!(missing.is_err());
+    assert_eq!(moto.open_uploads("exports").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpointed_export_on_s3_serves_its_bundle_through_exportd_and_each_part_through_a_presigned_link() {
+    let moto = Moto::start().await;
+    moto.bucket("exports").await;
+    let p = Prepared::new(Backend::Postgres, 2_000).await;
+    let mut env = s3_env(&moto, &[("EXPORTD_STORE", "s3://exports")]);
+    env.push(("EXPORTD_PART_ROWS", "600".into()));
+    let (_api, base) = p.api_with(&borrowed(&env)).await;
+    let api = Api::new(&base, &p.token);
+    let mut w = p.worker("w", &borrowed(&env), &[]);
+    let mut body = everything("orders");
+    body["consistency"] = "checkpointed".into();
+    let (status, view) = api.create("parts-on-s3", &body).await;
+    assert_eq!(status, 202);
+    let id = view["id"].as_str().unwrap().to_owned();
+    let done = api.wait_status(&id, &["ready", "failed"], LONG).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    let stored = moto.keys("exports", &format!("exports/ten_acme/{id}/")).await;
+    assert_eq!(stored.len(), 5, "a manifest and four parts: {stored:?}");
+    assert!(moto.keys("exports", "staging/").await.is_empty());
+
+    // The bundle is exportd's to serve, streamed from the parts in the bucket.
+    let link = api.link(&format!("/api/exports/{id}/download")).await.unwrap();
+    assert!(link.starts_with(&base), "the bundle's link is exportd's, not the store's: {link}");
+    let resp = api.client.get(&link).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/zip");
+    let bundle = resp.bytes().await.unwrap();
+    let (unzipped, rows) = support::bundles::check(&bundle, &done, 600);
+    assert_eq!(rows.len(), 2_000);
+    let ranged = api.client.get(&link).header("range", "bytes=100-").send().await.unwrap();
+    assert_eq!(ranged.status(), 206);
+    assert!(ranged.bytes().await.unwrap() == bundle.slice(100..));
+
+    // A part is the store's to serve: a presigned GET.
+    let part = api.link(&format!("/api/exports/{id}/parts/2/download")).await.unwrap();
+    assert!(part.starts_with(&moto.endpoint), "a presigned URL of the store: {part}");
+    let query: std::collections::HashMap<String, String> = url::Url::parse(&part).unwrap().query_pairs().into_owned().collect();
+    assert_eq!(query["response-content-type"], "text/csv; charset=utf-8");
+    assert_eq!(query["response-content-disposition"], format!("attachment; filename=\"orders-{id}-part-00002.csv\""));
+    let fetched = api.client.get(&part).send().await.unwrap().bytes().await.unwrap();
+    assert!(fetched == unzipped.parts[1].1[..], "the presigned part is the bundle's second entry");
+    w.signal("TERM");
+    assert!(w.wait_exit(LONG).await.success());
+}

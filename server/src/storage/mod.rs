@@ -256,6 +256,14 @@ impl ExportStore {
         Ok(digests.finish())
     }
 
+    /// This store with ranged copies for files above `max` bytes, in parts of `floor` bytes or
+    /// more (S3's own limits still apply): for tests, which cannot stage files above 5 GiB.
+    pub fn with_ranged_copies_above(mut self, max: u64, floor: u64) -> ExportStore {
+        self.copy_part_max = max;
+        self.copy_part_floor = floor;
+        self
+    }
+
     /// Copies `staged` to `key` only if `key` does not exist yet; `on_progress` as a long copy
     /// goes on. On S3 a file above 5 GiB is copied in ranged parts ([`ranged_copy`]).
     pub async fn publish(&self, staged: &Path, key: &Path, on_progress: OnProgress) -> Result<Published, object_store::Error> {
