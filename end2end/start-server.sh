@@ -13,7 +13,8 @@ rm -rf "$run" && mkdir -p "$run"
 psql "$admin" -q -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS exportd_e2e WITH (FORCE)" -c "CREATE DATABASE exportd_e2e"
 # Each chunk of rows waits a moment (a fault point of the test build), so an export of the whole
 # range is running for a few seconds: long enough to reload, cancel or revoke during it.
-export DATABASE_URL="$db_url" EXPORTD_STORE="file://$run/objects" EXPORTD_LOG=warn FAILPOINTS="each_chunk=sleep(700)"
+# A large export (checkpointed) is cut into parts of 5,000 rows, so the whole range has several.
+export DATABASE_URL="$db_url" EXPORTD_STORE="file://$run/objects" EXPORTD_LOG=warn FAILPOINTS="each_chunk=sleep(700)" EXPORTD_PART_ROWS=5000
 cd "$root"
 "$exe" seed --demo --orders 20000
 exec "$exe" serve --bind "127.0.0.1:$port"

@@ -417,6 +417,7 @@ pub fn ExportPage() -> impl IntoView {
                         </div>
                     </Show>
                 </fieldset>
+                <div class="options">
                 <label class="check">
                     <input type="checkbox" name="bom" prop:checked=move || f.bom.get()
                         on:change=move |ev| f.bom.set(event_target_checked(&ev))/>
@@ -432,6 +433,7 @@ pub fn ExportPage() -> impl IntoView {
                         on:change=move |ev| f.gzip.set(event_target_checked(&ev))/>
                     {t!(i18n, gzip)}
                 </label>
+                </div>
                 <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled()>{t!(i18n, export)}</button>
             </form>
         }

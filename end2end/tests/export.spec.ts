@@ -2,6 +2,7 @@ import { test, expect, Page, BrowserContext } from '@playwright/test';
 import { parse } from 'csv-parse/sync';
 import { readFileSync, mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
+import { gunzipSync } from 'node:zlib';
 import pg from 'pg';
 
 // The server runs its worker with `each_chunk=sleep(…)` (see start-server.sh): an export of the
@@ -387,4 +388,44 @@ test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rende
   } finally {
     exportd(['user', 'set-role', BOB, 'analyst']);
   }
+});
+
+test('a large export in parts shows its parts as they are done, then offers the bundle and each part alone', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  await wholeRange(page);
+  await page.getByLabel('Large export (resumable, in parts)').check();
+  await page.getByLabel('Compress (gzip)').check();
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
+  const [op] = await query<{ id: string; request: string; resolved: string }>('SELECT id, request, resolved FROM exports WHERE created_at >= $1', [t0]);
+  const request = JSON.parse(op.request);
+  expect(request.consistency).toBe('checkpointed');
+  expect(request.options.compression).toBe('gzip');
+  const resolved = JSON.parse(op.resolved);
+  const inRange = "FROM orders o JOIN tenants t ON t.id = o.tenant_id WHERE t.slug = 'acme' AND o.placed_at >= $1 AND o.placed_at < $2";
+  const [{ n }] = await query<{ n: string }>(`SELECT COUNT(*) AS n ${inRange}`, [Date.parse(resolved.from), Date.parse(resolved.to)]);
+  const parts = Math.ceil(Number(n) / 5000);
+  expect(parts).toBeGreaterThan(1);
+  const progress = page.getByTestId('parts-progress');
+  await expect(progress).toHaveAttribute('data-expected', String(parts), { timeout: 30_000 });
+  await expect(progress).toContainText(`of ${parts} parts done`);
+  await shot(page, 'en-parts-running');
+
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 90_000 });
+  await expect(page.getByTestId('download')).toContainText('ZIP');
+  const [bundle] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
+  expect(bundle.suggestedFilename()).toBe(`orders-${op.id}.zip`);
+  const zip = readFileSync((await bundle.path())!);
+  expect([...zip.subarray(0, 4)]).toEqual([0x50, 0x4b, 0x03, 0x04]);
+  await page.getByTestId('parts').locator('summary').click();
+  await expect(page.getByTestId('part-download')).toHaveCount(parts);
+  await shot(page, 'en-parts-ready');
+  const [part] = await Promise.all([page.waitForEvent('download'), page.getByTestId('part-download').nth(1).click()]);
+  expect(part.suggestedFilename()).toBe(`orders-${op.id}-part-00002.csv.gz`);
+  const rows: string[][] = parse(gunzipSync(readFileSync((await part.path())!)).toString('utf8'), { relax_column_count: false });
+  const header = rows.shift()!;
+  const idIndex = header.indexOf('order_id');
+  const expected = await query<{ id: string }>(`SELECT o.id ${inRange} ORDER BY o.id OFFSET 5000 LIMIT 5000`, [Date.parse(resolved.from), Date.parse(resolved.to)]);
+  expect(rows.map((r) => r[idIndex])).toEqual(expected.map((r) => String(r.id)));
 });
