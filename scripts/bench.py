@@ -360,12 +360,16 @@ def checkpointed_figures(b, token):
     90 % against the time of the whole export."""
     large = ARGS.orders * 10
     have = int(b.sql("SELECT COUNT(*) FROM orders WHERE tenant_id = 'ten_acme'"))
+    have_max = int(b.sql("SELECT MAX(id) FROM orders WHERE tenant_id = 'ten_acme'"))
     log(f"PostgreSQL: {have:,} → {large:,} orders of acme for the checkpointed export")
     if have < large:
         copies = large // have - 1
+        # Whole copies of the seeded orders one after another, so that consecutive keys have
+        # unrelated customers, as in the seed (not each order repeated in place).
         b.sql(f"INSERT INTO orders (tenant_id, customer_id, placed_at, country, status, total_cents, currency, notes) "
               f"SELECT o.tenant_id, o.customer_id, o.placed_at, o.country, o.status, o.total_cents, o.currency, o.notes "
-              f"FROM orders o, generate_series(1, {copies}) g WHERE o.tenant_id = 'ten_acme'")
+              f"FROM generate_series(1, {copies}) g CROSS JOIN LATERAL "
+              f"(SELECT * FROM orders WHERE tenant_id = 'ten_acme' AND id <= {have_max} ORDER BY id) o ORDER BY g, o.id")
         b.sql("VACUUM ANALYZE orders")
     rng, lo, hi = day_range(b, 10 * large)
     part_rows = str(large // 10)

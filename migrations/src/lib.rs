@@ -32,3 +32,12 @@ impl MigratorTrait for Migrator {
         ]
     }
 }
+
+/// Runs `statements` in order: the body of a migration written as plain SQL that both backends
+/// accept.
+pub(crate) async fn execute_all(manager: &SchemaManager<'_>, statements: &[&str]) -> Result<(), DbErr> {
+    for sql in statements {
+        manager.get_connection().execute_unprepared(sql).await?;
+    }
+    Ok(())
+}

@@ -19,16 +19,10 @@ const DOWN: [&str; 3] = ["DROP TABLE settings", "DROP TABLE deployment_stores", 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for sql in UP {
-            manager.get_connection().execute_unprepared(sql).await?;
-        }
-        Ok(())
+        crate::execute_all(manager, &UP).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for sql in DOWN {
-            manager.get_connection().execute_unprepared(sql).await?;
-        }
-        Ok(())
+        crate::execute_all(manager, &DOWN).await
     }
 }

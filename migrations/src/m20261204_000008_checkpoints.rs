@@ -32,16 +32,10 @@ const DOWN: [&str; 6] = [
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for sql in UP {
-            manager.get_connection().execute_unprepared(sql).await?;
-        }
-        Ok(())
+        crate::execute_all(manager, &UP).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for sql in DOWN {
-            manager.get_connection().execute_unprepared(sql).await?;
-        }
-        Ok(())
+        crate::execute_all(manager, &DOWN).await
     }
 }

@@ -53,6 +53,9 @@ pub struct PartRecord {
     pub attempt: i32,
     /// The generation that read it.
     pub generation: i32,
+    /// Whether it is the export's last part (no row was left after it when it was read).
+    #[serde(default)]
+    pub last: bool,
 }
 
 impl PartRecord {

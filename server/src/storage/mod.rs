@@ -342,9 +342,27 @@ impl ExportStore {
             .boxed()
     }
 
-    /// The hex SHA-256 of the bytes `pieces` make; `on_progress` after each chunk read.
+    /// The hex SHA-256 of the bytes `pieces` make; `on_progress` after each chunk read. On a
+    /// local folder the files are read in place with one reused buffer (object_store's local
+    /// reads come in small chunks, and a bundle is the size of the whole export).
     pub async fn digest_pieces(&self, pieces: &[crate::bundle::Piece], on_progress: OnProgress) -> Result<String, object_store::Error> {
         use futures::TryStreamExt;
+        if let Some(local) = &self.local {
+            let mut local_pieces = Vec::with_capacity(pieces.len());
+            for piece in pieces {
+                local_pieces.push(match piece {
+                    crate::bundle::Piece::Bytes(b) => LocalPiece::Bytes(b.clone()),
+                    crate::bundle::Piece::Object(key, range) => LocalPiece::File(local.path_to_filesystem(key)?, range.clone()),
+                });
+            }
+            return tokio::task::spawn_blocking(move || digest_local_pieces(&local_pieces, &*on_progress))
+                .await
+                .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => object_store::Error::NotFound { path: e.to_string(), source: Box::new(e) },
+                    _ => object_store::Error::Generic { store: "local", source: Box::new(e) },
+                });
+        }
         let mut hasher = Sha256::new();
         let mut bytes = self.stream_pieces(pieces.to_vec());
         while let Some(chunk) = bytes.try_next().await? {
@@ -622,6 +640,42 @@ fn digest_file(file: &std::path::Path, on_progress: &(dyn Fn() + Send + Sync)) -
         on_progress();
     }
     Ok(digests.finish())
+}
+
+/// A piece of a bundle on a local folder: bytes, or a range of a file.
+enum LocalPiece {
+    Bytes(bytes::Bytes),
+    File(std::path::PathBuf, std::ops::Range<u64>),
+}
+
+/// The hex SHA-256 of what `pieces` make, read with one reused buffer.
+fn digest_local_pieces(pieces: &[LocalPiece], on_progress: &(dyn Fn() + Send + Sync)) -> std::io::Result<String> {
+    use std::io::{Read, Seek};
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1024 * 1024];
+    for piece in pieces {
+        match piece {
+            LocalPiece::Bytes(b) => hasher.update(b),
+            LocalPiece::File(path, range) => {
+                let mut file = std::fs::File::open(path)?;
+                file.seek(std::io::SeekFrom::Start(range.start))?;
+                let mut left = range.end - range.start;
+                while left > 0 {
+                    let want = buffer.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                    let n = match file.read(&mut buffer[..want]) {
+                        Ok(0) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("{} is shorter than its checkpoint says", path.display()))),
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    };
+                    hasher.update(&buffer[..n]);
+                    left -= n as u64;
+                    on_progress();
+                }
+            }
+        }
+    }
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// What reading an object through found: its size, hex SHA-256 and CRC-32.

@@ -39,7 +39,7 @@ pub enum Produced {
     Chunk(Vec<u8>, i64),
     /// A part's read is complete: its first and last keys (none for a part with no rows) and
     /// the moment its snapshot shows, epoch milliseconds by the database's clock.
-    Part { first_key: Option<i64>, last_key: Option<i64>, read_at: i64 },
+    Part { first_key: Option<i64>, last_key: Option<i64>, read_at: i64, last: bool },
 }
 
 /// The rows of one part of a checkpointed export (SPEC §5.1): keys above `after` (all, for the
@@ -186,9 +186,37 @@ impl Plan {
         if let Some(after) = range.after {
             rows.and_where(Expr::cust(self.key_sql).gt(after));
         }
-        rows.and_where(Expr::cust(self.key_sql).lte(range.max_key));
         rows.limit(range.limit);
         Plan { rows, part: Some(range), ..self.clone() }
+    }
+
+    /// The query that gives a part's last key: the key of the `limit`-th row after `after`
+    /// (counted like the rows, on the main table unless a filter needs a join), or none when
+    /// fewer rows are left; within `max_key`.
+    pub fn part_end_sql(&self, backend: DbBackend) -> Option<String> {
+        let range = self.part?;
+        let mut end = self.count.clone();
+        end.clear_selects();
+        end.expr(Expr::cust(self.key_sql));
+        if let Some(after) = range.after {
+            end.and_where(Expr::cust(self.key_sql).gt(after));
+        }
+        end.and_where(Expr::cust(self.key_sql).lte(range.max_key));
+        end.order_by_expr(Expr::cust(self.key_sql), Order::Asc).offset(range.limit.saturating_sub(1)).limit(1);
+        Some(match backend {
+            DbBackend::Postgres => end.to_string(PostgresQueryBuilder),
+            _ => end.to_string(SqliteQueryBuilder),
+        })
+    }
+
+    /// A part's rows up to `end` (its last key, or the export's highest one), in key order.
+    pub fn part_rows_sql(&self, backend: DbBackend, end: i64) -> String {
+        let mut rows = self.rows.clone();
+        rows.and_where(Expr::cust(self.key_sql).lte(end));
+        match backend {
+            DbBackend::Postgres => rows.to_string(PostgresQueryBuilder),
+            _ => rows.to_string(SqliteQueryBuilder),
+        }
     }
 
     /// The query that gives the highest key and the number of the export's rows, in one
@@ -474,11 +502,24 @@ async fn read_postgres(
             tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
         }
     }
+    // A part's last key first, in the same snapshot (one index range read): then its rows are a
+    // bounded range, which the planner reads its own best way. Asked for "the next million rows
+    // in key order" instead, it either looks each row's customer up in key order or, once few
+    // rows are left, joins and sorts all of them (measured on 10M orders: 2.5 s and 2.8 s a part,
+    // against 2.0 s).
+    let (rows_sql, last) = match plan.part_end_sql(DbBackend::Postgres) {
+        Some(end_sql) => {
+            let end: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(end_sql)).fetch_optional(&mut *conn).await?;
+            let max_key = plan.part.map_or(0, |r| r.max_key);
+            (plan.part_rows_sql(DbBackend::Postgres, end.unwrap_or(max_key)), end.is_none_or(|end| end >= max_key))
+        }
+        None => (plan.rows_sql(DbBackend::Postgres), true),
+    };
     let mut out = Chunker::new(&plan)?;
     let mut decoder = CopyBinary::default();
     let mut keys = Keys::default();
     {
-        let statement = format!("COPY ({}) TO STDOUT (FORMAT binary)", plan.rows_sql(DbBackend::Postgres));
+        let statement = format!("COPY ({rows_sql}) TO STDOUT (FORMAT binary)");
         let mut copy = conn.copy_out_raw(&statement).await?;
         while let Some(message) = copy.next().await {
             // Rows arrive faster than they are written; a task that never waits would starve the
@@ -505,7 +546,7 @@ async fn read_postgres(
         tx.send(chunk).await.map_err(|_| Stopped)?;
     }
     if let Some(read_at) = read_at {
-        tx.send(keys.part(read_at)).await.map_err(|_| Stopped)?;
+        tx.send(keys.part(read_at, last)).await.map_err(|_| Stopped)?;
     }
     // The exported snapshot lives as long as this transaction: the count ends before it does.
     while let Some(counted) = counting.join_next().await {
@@ -569,8 +610,8 @@ impl Keys {
         self.last = Some(key);
     }
 
-    fn part(&self, read_at: i64) -> Produced {
-        Produced::Part { first_key: self.first, last_key: self.last, read_at }
+    fn part(&self, read_at: i64, last: bool) -> Produced {
+        Produced::Part { first_key: self.first, last_key: self.last, read_at, last }
     }
 }
 
@@ -732,9 +773,15 @@ fn produce_sqlite(
             None
         }
     };
+    // SQLite reads a part in one step, by key, up to the export's highest key: it is the last
+    // when fewer rows than a part are left, or the last read ends at that key.
+    let (rows_sql, max_key) = match plan.part {
+        Some(range) => (plan.part_rows_sql(DbBackend::Sqlite, range.max_key), Some(range.max_key)),
+        None => (plan.rows_sql(DbBackend::Sqlite), None),
+    };
     let mut out = Chunker::new(plan)?;
     let mut keys = Keys::default();
-    let mut statement = conn.prepare(&plan.rows_sql(DbBackend::Sqlite))?;
+    let mut statement = conn.prepare(&rows_sql)?;
     let mut rows = statement.query([])?;
     while let Some(row) = rows.next()? {
         for (i, column) in plan.columns.iter().enumerate() {
@@ -757,7 +804,9 @@ fn produce_sqlite(
         tx.blocking_send(chunk).map_err(|_| Stopped)?;
     }
     if let Some(read_at) = read_at {
-        tx.blocking_send(keys.part(read_at)).map_err(|_| Stopped)?;
+        let limit = plan.part.map_or(0, |r| r.limit);
+        let last = out.rows < limit as i64 || keys.last.is_none() || keys.last >= max_key;
+        tx.blocking_send(keys.part(read_at, last)).map_err(|_| Stopped)?;
     }
     drop(rows);
     drop(statement);
@@ -839,6 +888,26 @@ mod tests {
             "SELECT COUNT(*) FROM \"orders\" AS \"o\" WHERE (o.tenant_id) = 'ten_''acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.total_cents) >= 110 AND (o.status) IN ('paid')"
         );
         assert_eq!(plan.columns.len(), 3);
+    }
+
+    #[test]
+    fn a_part_is_read_as_its_last_key_then_the_bounded_range_up_to_it() {
+        let request = ExportRequest::new("orders");
+        let plan = Plan::new(&ORDERS, &request, &resolved(&["order_id", "customer_name"]), "ten_acme").unwrap();
+        let part = plan.part(KeyRange { after: Some(1000), max_key: 9000, limit: 500 });
+        assert_eq!(
+            part.part_end_sql(DbBackend::Postgres).unwrap(),
+            "SELECT o.id FROM \"orders\" AS \"o\" WHERE (o.tenant_id) = 'ten_acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 \
+             AND (o.id) > 1000 AND (o.id) <= 9000 ORDER BY o.id ASC LIMIT 1 OFFSET 499"
+        );
+        assert_eq!(
+            part.part_rows_sql(DbBackend::Postgres, 4321),
+            "SELECT o.id, c.name, o.id FROM \"orders\" AS \"o\" INNER JOIN \"customers\" AS \"c\" ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
+             WHERE (o.tenant_id) = 'ten_acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.id) > 1000 AND (o.id) <= 4321 ORDER BY o.id ASC LIMIT 500"
+        );
+        assert!(plan.part_end_sql(DbBackend::Postgres).is_none(), "a whole export has no part end");
+        let first = plan.part(KeyRange { after: None, max_key: 9000, limit: 500 });
+        assert!(!first.part_end_sql(DbBackend::Sqlite).unwrap().contains("> "), "the first part starts at the first key");
     }
 
     #[test]

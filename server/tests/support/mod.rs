@@ -343,13 +343,62 @@ impl TestApp {
     }
 }
 
-/// A fault point that holds every worker reaching it until the test opens it.
+/// A fault point that holds the workers reaching it, from its `nth` pass on, until they are let
+/// through: each hit is announced, and each held worker takes one permit to go on.
 #[cfg(feature = "failpoints")]
-pub struct Gate {
+struct Hold {
     name: String,
     hits: tokio::sync::mpsc::UnboundedReceiver<()>,
-    open: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    permits: Arc<(Mutex<usize>, std::sync::Condvar)>,
 }
+
+#[cfg(feature = "failpoints")]
+impl Hold {
+    fn install(name: &str, nth: usize) -> Hold {
+        let (tx, hits) = tokio::sync::mpsc::unbounded_channel();
+        let permits = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+        let held = permits.clone();
+        let passes = std::sync::atomic::AtomicUsize::new(0);
+        fail::cfg_callback(name, move || {
+            if passes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 < nth {
+                return;
+            }
+            let _ = tx.send(());
+            let (lock, cv) = &*held;
+            let mut left = lock.lock().unwrap();
+            while *left == 0 {
+                left = cv.wait(left).unwrap();
+            }
+            *left -= 1;
+        })
+        .unwrap();
+        Hold { name: name.to_owned(), hits, permits }
+    }
+
+    async fn hit_within(&mut self, limit: Duration) -> bool {
+        matches!(tokio::time::timeout(limit, self.hits.recv()).await, Ok(Some(())))
+    }
+
+    /// Lets `n` more workers through (`usize::MAX / 2`: every one from now on).
+    fn permit(&self, n: usize) {
+        let (lock, cv) = &*self.permits;
+        let mut left = lock.lock().unwrap();
+        *left = left.saturating_add(n).min(usize::MAX / 2);
+        cv.notify_all();
+    }
+}
+
+#[cfg(feature = "failpoints")]
+impl Drop for Hold {
+    fn drop(&mut self) {
+        fail::remove(&self.name);
+        self.permit(usize::MAX / 2);
+    }
+}
+
+/// A fault point that holds every worker reaching it until the test opens it.
+#[cfg(feature = "failpoints")]
+pub struct Gate(Hold);
 
 #[cfg(feature = "failpoints")]
 impl Gate {
@@ -361,98 +410,40 @@ impl Gate {
     /// Closes the fault point `name` from its `nth` pass on (1 = the first): the passes before
     /// it go through.
     pub fn close_at(name: &str, nth: usize) -> Gate {
-        let (tx, hits) = tokio::sync::mpsc::unbounded_channel();
-        let open = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-        let held = open.clone();
-        let passes = std::sync::atomic::AtomicUsize::new(0);
-        fail::cfg_callback(name, move || {
-            if passes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 < nth {
-                return;
-            }
-            let _ = tx.send(());
-            let (lock, cv) = &*held;
-            let mut is_open = lock.lock().unwrap();
-            while !*is_open {
-                is_open = cv.wait(is_open).unwrap();
-            }
-        })
-        .unwrap();
-        Gate { name: name.to_owned(), hits, open }
+        Gate(Hold::install(name, nth))
     }
 
     /// Waits until a worker is held at the gate.
     pub async fn reached(&mut self) {
-        tokio::time::timeout(Duration::from_secs(60), self.hits.recv())
-            .await
-            .unwrap_or_else(|_| panic!("no worker reached {} within 60 s", self.name))
-            .expect("gate callback gone");
+        assert!(self.0.hit_within(Duration::from_secs(60)).await, "no worker reached {} within 60 s", self.0.name);
     }
 
     /// Lets the held worker (and every later one) through.
     pub fn open(&self) {
-        let (lock, cv) = &*self.open;
-        *lock.lock().unwrap() = true;
-        cv.notify_all();
-    }
-}
-
-#[cfg(feature = "failpoints")]
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.open();
-        fail::remove(&self.name);
+        self.0.permit(usize::MAX / 2);
     }
 }
 
 /// A fault point that holds each worker reaching it until the test lets that one through:
 /// the test can look at the world at every pass (between every two parts, say).
 #[cfg(feature = "failpoints")]
-pub struct Turnstile {
-    name: String,
-    hits: tokio::sync::mpsc::UnboundedReceiver<()>,
-    permits: Arc<(Mutex<usize>, std::sync::Condvar)>,
-}
+pub struct Turnstile(Hold);
 
 #[cfg(feature = "failpoints")]
 impl Turnstile {
     /// Closes the fault point `name` (a full name, see [`TestApp::fault`]).
     pub fn close(name: &str) -> Turnstile {
-        let (tx, hits) = tokio::sync::mpsc::unbounded_channel();
-        let permits = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
-        let held = permits.clone();
-        fail::cfg_callback(name, move || {
-            let _ = tx.send(());
-            let (lock, cv) = &*held;
-            let mut left = lock.lock().unwrap();
-            while *left == 0 {
-                left = cv.wait(left).unwrap();
-            }
-            *left -= 1;
-        })
-        .unwrap();
-        Turnstile { name: name.to_owned(), hits, permits }
+        Turnstile(Hold::install(name, 1))
     }
 
     /// Waits until a worker is held at the turnstile; `false` if none comes within `limit`.
     pub async fn reached_within(&mut self, limit: Duration) -> bool {
-        matches!(tokio::time::timeout(limit, self.hits.recv()).await, Ok(Some(())))
+        self.0.hit_within(limit).await
     }
 
     /// Lets one held worker through.
     pub fn pass(&self) {
-        let (lock, cv) = &*self.permits;
-        *lock.lock().unwrap() += 1;
-        cv.notify_all();
-    }
-}
-
-#[cfg(feature = "failpoints")]
-impl Drop for Turnstile {
-    fn drop(&mut self) {
-        fail::remove(&self.name);
-        let (lock, cv) = &*self.permits;
-        *lock.lock().unwrap() = usize::MAX / 2;
-        cv.notify_all();
+        self.0.permit(1);
     }
 }
 

@@ -199,6 +199,8 @@ pub(super) struct PartRead {
     pub(super) first_key: Option<i64>,
     pub(super) last_key: Option<i64>,
     pub(super) read_at: i64,
+    /// Whether no row of the export is left after it.
+    pub(super) last: bool,
 }
 
 impl Attempt<'_> {
@@ -362,7 +364,7 @@ impl Attempt<'_> {
                         total = Some(n);
                         self.lease.counted(n);
                     }
-                    Produced::Part { first_key, last_key, read_at } => part = Some(PartRead { first_key, last_key, read_at }),
+                    Produced::Part { first_key, last_key, read_at, last } => part = Some(PartRead { first_key, last_key, read_at, last }),
                     Produced::Chunk(csv, written) => {
                         let chunk = encoder.encode(csv).map_err(Stop::internal)?;
                         hasher.update(&chunk);

@@ -10,7 +10,7 @@
 //! keys above it (inserted since) are not in the export. Each part shows the moment of its own
 //! read, which its checkpoint and the manifest record.
 
-use super::export_csv::{Attempt, Stop};
+use super::export_csv::{Attempt, PartRead, Staged, Stop};
 use crate::entities::exports;
 use crate::exports::canonical::canonical_json;
 use crate::exports::reports::find_report;
@@ -40,50 +40,55 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, reque
         tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, parts = parts.len(), "resuming after the last checkpointed part");
     }
     let compression = request.options.compression;
-    while !finished(&parts, &fixed) {
+    // Two steps at once: part n+1 is read from the database while part n is checked, published,
+    // made durable and checkpointed, so the database never waits for the store. Checkpoints stay
+    // in order: part n+1 is checkpointed only after part n, in the next round.
+    let mut last_key = parts.last().and_then(|p| p.last_key);
+    let mut more = !parts.last().is_some_and(|last| last.last);
+    let mut pending: Option<StagedPart> = None;
+    while more || pending.is_some() {
         a.checkpoint()?;
-        let index = parts.len() as i32 + 1;
-        let range = KeyRange { after: parts.last().and_then(|p| p.last_key), max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
-        let staging = staging_part_key(&job.id, job.generation, index);
-        // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
-        a.authorised(report, &resolved.columns).await?;
-        let staged = a.stage(plan.part(range), &staging, compression, rows_done).await?;
-        let read = staged.part.ok_or_else(|| Stop::internal("a part's read reported no keys"))?;
-        if staged.rows == 0 && index > 1 {
-            // The rows left were deleted since the plan was fixed: nothing more to write.
-            let _ = a.store.delete(&staging).await;
-            break;
-        }
-        a.fault("after_part_staged")?;
-        a.validate(&staged, &staging).await?;
-        let key = part_key(&job.tenant_id, &job.id, index, job.generation, &staged.sha256, extension(compression));
-        a.publish(&staging, &key).await?;
-        let part = PartRecord {
-            index,
-            key: key.to_string(),
-            first_key: read.first_key,
-            last_key: read.last_key,
-            rows: staged.rows,
-            bytes: staged.bytes,
-            sha256: staged.sha256,
-            crc32: staged.crc32,
-            read_at: read.read_at,
-            attempt: job.attempt,
-            generation: job.generation,
+        let index = parts.len() as i32 + 1 + i32::from(pending.is_some());
+        let rows_before = rows_done + pending.as_ref().map_or(0, |p| p.staged.rows);
+        let read = async {
+            if !more {
+                return Ok(None);
+            }
+            // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
+            a.authorised(report, &resolved.columns).await?;
+            let started = std::time::Instant::now();
+            let staging = staging_part_key(&job.id, job.generation, index);
+            let range = KeyRange { after: last_key, max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
+            let staged = a.stage(plan.part(range), &staging, compression, rows_before).await?;
+            let read = staged.part.ok_or_else(|| Stop::internal("a part's read reported no keys"))?;
+            Ok(Some(StagedPart { index, staging, staged, read, read_ms: started.elapsed().as_millis() as u64 }))
         };
-        let payload = serde_json::to_value(&part).map_err(Stop::internal)?;
-        checkpoints::record(&a.ctx.db, job, index, &payload, rows_done + part.rows, Mover::Worker(&a.ctx.worker_id))
-            .await
-            .map_err(Stop::internal)?
-            .map_err(Stop::refused)?;
-        if let Err(e) = a.store.delete(&staging).await {
-            tracing::warn!(export = %job.id, error = %e, "a part's staging object was not deleted; the janitor will");
+        let finish = async {
+            match pending.take() {
+                Some(part) => finish_part(a, part, rows_done, compression).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let (next, finished) = tokio::try_join!(read, finish)?;
+        if let Some(part) = finished {
+            rows_done += part.rows;
+            parts.push(part);
         }
-        rows_done += part.rows;
-        a.lease.wrote(rows_done);
-        tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, part = index, rows = part.rows, "part checkpointed");
-        parts.push(part);
-        a.fault("after_checkpoint")?;
+        match next {
+            Some(next) if next.staged.rows == 0 && next.index > 1 => {
+                // The rows left were deleted since the plan was fixed: nothing more to write.
+                let _ = a.store.delete(&next.staging).await;
+                more = false;
+            }
+            Some(next) => {
+                last_key = next.read.last_key;
+                more = !next.read.last;
+                // Part n staged, part n − 1 checkpointed, part n not yet.
+                a.fault("after_part_staged")?;
+                pending = Some(next);
+            }
+            None => {}
+        }
     }
 
     // The manifest, published like a file; then the bundle's digest, read once from the parts.
@@ -96,21 +101,69 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, reque
     a.store.make_durable(&key).await.map_err(Stop::storage)?;
     let bundle = parts::bundle(bytes::Bytes::from(manifest), &parts);
     let ticker = a.lease.ticker();
+    let digesting = std::time::Instant::now();
     let digest = a.store.digest_pieces(&bundle.pieces(0..bundle.size()), std::sync::Arc::new(move || ticker.tick())).await.map_err(Stop::storage)?;
+    let digest_ms = digesting.elapsed().as_millis() as u64;
     let artifact = Artifact { key: key.to_string(), sha256, bytes: bundle.size() as i64, rows: rows_done, bundle_digest: Some(digest) };
     let released = a.release(&artifact, authority).await?;
     let metrics = &a.ctx.metrics;
     metrics.rows_exported.inc_by(rows_done.max(0) as u64);
     metrics.bytes_exported.inc_by(bundle.size());
     metrics.export_duration.observe(started.elapsed().as_secs_f64());
-    tracing::info!(export = %job.id, rows = rows_done, parts = parts.len(), bytes = bundle.size(), ms = started.elapsed().as_millis() as u64, "export released");
+    tracing::info!(export = %job.id, rows = rows_done, parts = parts.len(), bytes = bundle.size(), digest_ms, ms = started.elapsed().as_millis() as u64, "export released");
     Ok(released)
 }
 
-/// Whether the last checkpointed part was the last: shorter than a part, or ending at the
-/// highest key (or none: an export with no rows has one part, with the header only).
-fn finished(parts: &[PartRecord], plan: &PartsPlan) -> bool {
-    parts.last().is_some_and(|last| last.rows < plan.part_rows as i64 || last.last_key.is_none() || last.last_key >= plan.max_key)
+/// A part read and staged, not yet checked or checkpointed.
+struct StagedPart {
+    index: i32,
+    staging: object_store::path::Path,
+    staged: Staged,
+    read: PartRead,
+    read_ms: u64,
+}
+
+/// Checks a staged part, publishes it under its immutable key, makes it durable and
+/// checkpoints it (`rows_done`: the rows of the parts checkpointed before it); then deletes its
+/// staging object.
+async fn finish_part(a: &Attempt<'_>, part: StagedPart, rows_done: i64, compression: app::Compression) -> Result<PartRecord, Stop> {
+    let job = a.job;
+    let started = std::time::Instant::now();
+    let StagedPart { index, staging, staged, read, read_ms } = part;
+    a.validate(&staged, &staging).await?;
+    let validated = started.elapsed();
+    let key = part_key(&job.tenant_id, &job.id, index, job.generation, &staged.sha256, extension(compression));
+    a.publish(&staging, &key).await?;
+    let published = started.elapsed();
+    let part = PartRecord {
+        index,
+        key: key.to_string(),
+        first_key: read.first_key,
+        last_key: read.last_key,
+        rows: staged.rows,
+        bytes: staged.bytes,
+        sha256: staged.sha256,
+        crc32: staged.crc32,
+        read_at: read.read_at,
+        attempt: job.attempt,
+        generation: job.generation,
+        last: read.last,
+    };
+    let payload = serde_json::to_value(&part).map_err(Stop::internal)?;
+    checkpoints::record(&a.ctx.db, job, index, &payload, rows_done + part.rows, Mover::Worker(&a.ctx.worker_id))
+        .await
+        .map_err(Stop::internal)?
+        .map_err(Stop::refused)?;
+    tracing::info!(
+        target: "exportd::lifecycle", export = %job.id, generation = job.generation, part = index, rows = part.rows, bytes = part.bytes,
+        read_ms, validate_ms = validated.as_millis() as u64, publish_ms = (published - validated).as_millis() as u64,
+        checkpoint_ms = (started.elapsed() - published).as_millis() as u64, "part checkpointed"
+    );
+    a.fault("after_checkpoint")?;
+    if let Err(e) = a.store.delete(&staging).await {
+        tracing::warn!(export = %job.id, error = %e, "a part's staging object was not deleted; the janitor will");
+    }
+    Ok(part)
 }
 
 /// The plan in force: the one an earlier attempt fixed, or one fixed now from a snapshot of the
