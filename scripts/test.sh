@@ -18,8 +18,9 @@ if ! psql "$TEST_DATABASE_URL" -qtAc 'SELECT 1' >/dev/null 2>&1; then
   fi
 fi
 
-# The fault points are compiled in for the tests only (the `failpoints` feature).
-cargo test --locked -p app -p migrations -p server --features server/failpoints
+# The fault points are compiled in for the tests only (the `failpoints` feature). Every test
+# binary runs even after one fails, so one run shows every failure.
+cargo test --locked --no-fail-fast -p app -p migrations -p server --features server/failpoints
 
 # The browser tests slow the worker down with a fault point, so the binary they run has them.
 cargo leptos build --bin-features failpoints

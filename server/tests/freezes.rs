@@ -123,12 +123,14 @@ async fn processes_frozen_inside_a_claim_and_a_release_stop_no_other_claim_heart
     let gina = api.as_user(p.run_ok(&["token", "create", "gina@globex.test"]).await.trim());
 
     // One worker frozen inside its claim's transaction (after its UPDATEs, before COMMIT) ...
-    let in_claim = p.worker("in-claim", &[("FAILPOINTS", "claim_before_commit=sleep(1500)")], &["--concurrency", "1"]);
+    // (The fault point's sleep is only the window the SIGSTOP must land in, long enough for a
+    // loaded 2-core machine; the freeze itself is the signal.)
+    let in_claim = p.worker("in-claim", &[("FAILPOINTS", "claim_before_commit=sleep(8000)")], &["--concurrency", "1"]);
     let claimed_frozen = create(&api, "frozen-in-claim").await;
     in_claim.wait_line(&["claim_before_commit", &claimed_frozen], LONG).await;
     in_claim.signal("STOP");
     // ... and one inside its release's transaction.
-    let in_release = p.worker("in-release", &[("FAILPOINTS", "release_before_commit=sleep(1500)")], &["--concurrency", "1"]);
+    let in_release = p.worker("in-release", &[("FAILPOINTS", "release_before_commit=sleep(8000)")], &["--concurrency", "1"]);
     let released_frozen = create(&api, "frozen-in-release").await;
     in_release.wait_line(&["release_before_commit", &released_frozen], LONG).await;
     in_release.signal("STOP");
@@ -210,7 +212,7 @@ async fn a_process_frozen_inside_a_sqlite_write_transaction_costs_others_seconds
     let p = Prepared::new(Backend::Sqlite, 200).await;
     let (_api, base) = p.api().await;
     let api = Api::new(&base, &p.token);
-    let mut frozen = p.worker("frozen", &[("FAILPOINTS", "claim_before_commit=sleep(1500)")], &[]);
+    let mut frozen = p.worker("frozen", &[("FAILPOINTS", "claim_before_commit=sleep(6000)")], &[]);
     let first = create(&api, "before-the-freeze").await;
     frozen.wait_line(&["claim_before_commit", &first], LONG).await;
     frozen.signal("STOP");

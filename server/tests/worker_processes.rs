@@ -325,7 +325,7 @@ on_both_backends!(three_workers_handle_a_cancel_a_revocation_and_a_store_outage_
     let bob = Api::new(&base, &p.token);
     let alice_token = p.run_ok(&["token", "create", "alice@acme.test"]).await.trim().to_owned();
     let alice = Api::new(&base, &alice_token);
-    let workers: Vec<Proc> = ["w1", "w2", "w3"].iter().map(|l| p.worker(l, &[("FAILPOINTS", "mid_stream=sleep(1500)")], &[])).collect();
+    let workers: Vec<Proc> = ["w1", "w2", "w3"].iter().map(|l| p.worker(l, &[("FAILPOINTS", "mid_stream=sleep(5000)")], &[])).collect();
     let mid_stream = |id: String| {
         let workers = &workers;
         async move {
