@@ -221,7 +221,8 @@ pub struct ResolvedContract {
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Progress {
     /// Data rows written so far (of a checkpointed export: its checkpointed parts' and the
-    /// current part's).
+    /// current part's; it never goes back: after a resume it holds until the resumed attempt
+    /// passes it).
     pub rows_written: i64,
     /// Rows in the snapshot, once counted (of a checkpointed export: at its first claim).
     pub rows_total: Option<i64>,

@@ -47,6 +47,7 @@ on_both_backends!(hostile_ids_cursors_arguments_headers_and_login_fields_get_the
         problem(bob.get(app.url(&format!("/api/exports/{id}"))).send().await.unwrap(), 404, "export-not-found", &what).await;
         problem(bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap(), 404, "export-not-found", &what).await;
         problem(bob.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap(), 404, "export-not-found", &what).await;
+        problem(bob.get(app.url(&format!("/api/exports/{id}/parts/1/download"))).send().await.unwrap(), 404, "export-not-found", &what).await;
         let link = format!("/files/{id}?d={}&a=usr_x&e=99999999999&k=k1&s={}", "0".repeat(64), "0".repeat(64));
         problem(anonymous.get(app.url(&link)).send().await.unwrap(), 403, "link-invalid", &what).await;
         // Authentication comes first.
@@ -120,7 +121,23 @@ on_both_backends!(hostile_ids_cursors_arguments_headers_and_login_fields_get_the
         let resp = session.post(app.url("/api/exports")).header("origin", origin).header("idempotency-key", "k").json(&json!({"report": "orders"})).send().await.unwrap();
         problem(resp, 403, "cross-origin", "a bad Origin").await;
     }
-    let _ = (HeaderName::from_static("x-forwarded-for"), &token);
+    // A part number is digits naming a part, or no part at all.
+    for n in ["0", "%00", "%FF", "-1", "+1", "%201", "1e2", "99999999999999999999999", "x"] {
+        let path = format!("/api/exports/exp_01a242dd4de1737ab303db50cc1dfded/parts/{n}/download");
+        problem(bob.get(app.url(&path)).send().await.unwrap(), 404, "export-not-found", n).await;
+    }
+    // Forwarded headers from a client no proxy vouches for are nobody's word: garbage in them
+    // changes nothing.
+    let forwarded = [HeaderValue::from_bytes(b"\x80\xff").unwrap(), HeaderValue::from_static("not-an-address, ::zz, 999.1.1.1"), HeaderValue::from_str(&"1.2.3.4, ".repeat(2_000)).unwrap()];
+    for value in &forwarded {
+        let resp = bob.get(app.url("/api/exports")).header(HeaderName::from_static("x-forwarded-for"), value.clone()).header("x-forwarded-proto", value.clone()).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "a garbage X-Forwarded-For on a listing");
+    }
+    // A wrong password with one of them counts against the TCP peer's pair, the same one as
+    // bob's wrong passwords below (the throttle's count at the end is one pair).
+    let resp = anonymous.post(app.url("/api/session")).header(HeaderName::from_static("x-forwarded-for"), forwarded[1].clone()).json(&json!({"email": "bob@acme.test", "password": "x"})).send().await.unwrap();
+    problem(resp, 401, "invalid-credentials", "a login with a garbage X-Forwarded-For").await;
+    let _ = &token;
 
     // Login fields: an address no one can have is no one's, and costs nothing to refuse.
     for email in ["a\u{0}b@acme.test", "\u{0}", "bob@acme.test\u{0}", &format!("{}@acme.test", "a".repeat(300)), "", "no-at-sign", "\u{202e}@acme.test"] {

@@ -13,7 +13,7 @@ use super::transitions::{current, Refusal};
 use super::{audit, begin_write, db_now, Mover};
 use crate::entities::{exports, job_checkpoints};
 use app::ExportStatus;
-use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait};
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, Set};
 
 /// Fixes `plan` as the plan of `job`'s checkpoints unless an earlier attempt fixed one; returns
@@ -39,6 +39,35 @@ pub async fn fix_plan(db: &DatabaseConnection, job: &exports::Model, plan: &str)
     }
 }
 
+fn rows_written_col() -> Expr {
+    Expr::col((exports::Entity, exports::Column::RowsWritten))
+}
+
+fn has_checkpoints() -> Expr {
+    Expr::col((exports::Entity, exports::Column::CheckpointSeq)).gt(0)
+}
+
+/// `rows_written` as a new claim or a hand-back leaves it: a job with checkpoints keeps what it
+/// shows (its next attempt continues after them, so its progress does not go back to nothing);
+/// any other job starts again from none.
+pub(super) fn rows_kept_across_attempts() -> Expr {
+    CaseStatement::new().case(has_checkpoints(), rows_written_col()).finally(Expr::val(0i64)).into()
+}
+
+/// `rows_total` likewise: a job with checkpoints keeps the total its plan fixed; any other's is
+/// unknown until its next attempt counts it.
+pub(super) fn total_kept_across_attempts() -> Expr {
+    let total = Expr::col((exports::Entity, exports::Column::RowsTotal));
+    CaseStatement::new().case(has_checkpoints(), total).finally(Expr::val(Option::<i64>::None)).into()
+}
+
+/// `rows_written` reported as `rows` by a heartbeat: a job with checkpoints never shows fewer
+/// rows than it did (an attempt that resumes re-reads the part the last one left unfinished, and
+/// a part read ahead was already counted); any other job shows `rows`.
+pub(super) fn rows_reported(rows: i64) -> Expr {
+    CaseStatement::new().case(has_checkpoints().and(rows_written_col().gt(rows)), rows_written_col()).finally(Expr::val(rows)).into()
+}
+
 /// Records step `seq` (one more than the job's last) of `job` with `payload`, and `rows_written`
 /// as its progress, under the attempt's generation while it runs. Refused — nothing recorded —
 /// when the job is no longer this attempt's, or a cancel was asked.
@@ -55,7 +84,8 @@ pub async fn record(
     let txn = begin_write(db).await?;
     let moved = exports::Entity::update_many()
         .col_expr(exports::Column::CheckpointSeq, Expr::val(seq))
-        .col_expr(exports::Column::RowsWritten, Expr::val(rows_written))
+        // Never fewer than shown: a heartbeat may already count the next part, read ahead.
+        .col_expr(exports::Column::RowsWritten, CaseStatement::new().case(rows_written_col().gt(rows_written), rows_written_col()).finally(Expr::val(rows_written)).into())
         .col_expr(exports::Column::LastProgressAt, now())
         .filter(exports::Column::Id.eq(&job.id))
         .filter(exports::Column::Generation.eq(job.generation))

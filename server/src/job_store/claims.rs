@@ -11,7 +11,7 @@
 //! that other claims queue behind, so a claimer frozen inside its transaction stalls no one.
 //! On SQLite the write transaction serialises claims.
 
-use super::{audit, begin_write, db_now, Mover};
+use super::{audit, begin_write, checkpoints, db_now, Mover};
 use crate::entities::{exports, tenants};
 use crate::faults::Faults;
 use app::ExportStatus;
@@ -115,9 +115,10 @@ async fn claim_from(db: &DatabaseConnection, who: &Claimant<'_>, tenant: &str) -
         .col_expr(exports::Column::LeaseOwner, Expr::val(who.worker_id))
         .col_expr(exports::Column::LeaseExpiresAt, now().add(lease_ms))
         .col_expr(exports::Column::NextAttemptAt, Expr::val(Option::<i64>::None))
-        // A new attempt starts from nothing: no progress, and the last attempt's error is history.
-        .col_expr(exports::Column::RowsWritten, Expr::val(0i64))
-        .col_expr(exports::Column::RowsTotal, Expr::val(Option::<i64>::None))
+        // A new attempt starts from nothing but its job's checkpoints: no other progress, and the
+        // last attempt's error is history.
+        .col_expr(exports::Column::RowsWritten, checkpoints::rows_kept_across_attempts())
+        .col_expr(exports::Column::RowsTotal, checkpoints::total_kept_across_attempts())
         .col_expr(exports::Column::ErrorCode, Expr::val(Option::<String>::None))
         .col_expr(exports::Column::ErrorMessage, Expr::val(Option::<String>::None))
         .col_expr(exports::Column::ErrorRetryable, Expr::val(Option::<bool>::None))

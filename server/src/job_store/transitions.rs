@@ -5,7 +5,7 @@
 //! [`Outcome::NotMoved`].
 
 use super::authority::Authority;
-use super::{audit, begin_write, db_now, Mover};
+use super::{audit, begin_write, checkpoints, db_now, Mover};
 use crate::entities::{export_events, exports};
 use crate::faults::Faults;
 use app::ExportStatus;
@@ -278,7 +278,7 @@ pub async fn heartbeat(db: &DatabaseConnection, id: &str, generation: i32, lease
     let backend = db.get_database_backend();
     let mut update = exports::Entity::update_many()
         .col_expr(exports::Column::LeaseExpiresAt, db_now(backend).add(lease.as_millis() as i64))
-        .col_expr(exports::Column::RowsWritten, Expr::val(beat.rows_written))
+        .col_expr(exports::Column::RowsWritten, checkpoints::rows_reported(beat.rows_written))
         .col_expr(exports::Column::RowsTotal, Expr::val(beat.rows_total));
     if beat.progressed {
         update = update.col_expr(exports::Column::LastProgressAt, db_now(backend));
@@ -442,7 +442,8 @@ pub async fn acknowledge_cancel(db: &DatabaseConnection, job: &exports::Model, b
 }
 
 /// Hands a job back on shutdown: `running → queued` with attempt−1 (not counted) and no
-/// progress, so another worker starts it afresh; a job whose cancel was asked ends `cancelled`.
+/// progress but its checkpoints', so another worker starts it afresh (after its last checkpoint);
+/// a job whose cancel was asked ends `cancelled`.
 pub async fn hand_back(db: &DatabaseConnection, job: &exports::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let cancel = || is(CancelRequested);
@@ -452,8 +453,8 @@ pub async fn hand_back(db: &DatabaseConnection, job: &exports::Model, by: Mover<
             exports::Column::Attempt,
             CaseStatement::new().case(cancel(), Expr::col(exports::Column::Attempt)).finally(Expr::col(exports::Column::Attempt).sub(1)).into(),
         )
-        .col_expr(exports::Column::RowsWritten, Expr::val(0i64))
-        .col_expr(exports::Column::RowsTotal, none::<i64>())
+        .col_expr(exports::Column::RowsWritten, checkpoints::rows_kept_across_attempts())
+        .col_expr(exports::Column::RowsTotal, checkpoints::total_kept_across_attempts())
         .col_expr(exports::Column::FinishedAt, CaseStatement::new().case(cancel(), db_now(backend)).finally(none::<i64>()).into())
         .col_expr(exports::Column::LeaseOwner, none::<String>())
         .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())

@@ -26,6 +26,24 @@ use std::sync::{Arc, Mutex};
 /// The size of each part of a staging upload to S3 (its smallest part is 5 MiB).
 pub const PART_BYTES: usize = 5 * 1024 * 1024;
 
+/// S3's largest part.
+pub const S3_PART_MAX: usize = 5 * 1024 * 1024 * 1024;
+
+/// How many parts of a staging upload to S3 keep the base size before they grow, and how many
+/// share each size after that (the size doubles from one group to the next).
+const FLAT_PARTS: usize = 4_000;
+const PARTS_PER_SIZE: usize = 600;
+
+/// The size of part `index` (from 0) of a staging upload to S3 whose parts start at `base`: the
+/// first 4,000 parts keep `base` (a file of up to 19.5 GiB at 5 MiB parts: a worker's memory is
+/// two or three parts), then each 600 parts double, up to S3's 5 GiB part, so 10,000 parts hold
+/// more than S3's largest object (5 TiB) and the part limit is never reached, whatever the file's
+/// size. The size is chosen as the parts are sent, because an export's size is known only at its end.
+pub fn s3_part_size(base: usize, index: usize) -> usize {
+    let doublings = if index < FLAT_PARTS { 0 } else { ((index - FLAT_PARTS) / PARTS_PER_SIZE + 1).min(20) as u32 };
+    base.saturating_mul(1usize << doublings).min(S3_PART_MAX)
+}
+
 /// The size of each part of a staging upload to a local folder, which has no smallest part:
 /// small parts keep a worker's memory small.
 pub const LOCAL_PART_BYTES: usize = 1024 * 1024;
@@ -72,8 +90,10 @@ pub struct ExportStore {
     local_root: Option<std::path::PathBuf>,
     /// The same store as `objects` when it is a local folder, for reading files in place.
     local: Option<Arc<LocalFileSystem>>,
-    /// The part size of staging uploads.
+    /// The part size of staging uploads (their first parts).
     part_bytes: usize,
+    /// Whether a staging upload's later parts grow ([`s3_part_size`]).
+    parts_grow: bool,
     /// Presigns downloads (and the requests of ranged copies) on an S3 store.
     presigner: Option<Arc<Presigner>>,
     /// On S3, a staged file larger than this is published in ranged part copies (S3 copies at
@@ -154,6 +174,7 @@ impl ExportStore {
                 local_root: Some(root),
                 local: Some(store),
                 part_bytes: LOCAL_PART_BYTES,
+                parts_grow: false,
                 presigner: None,
                 copy_part_max: ranged_copy::COPY_PART_MAX,
                 copy_part_floor: ranged_copy::PART_FLOOR,
@@ -180,6 +201,7 @@ impl ExportStore {
                 local_root: None,
                 local: None,
                 part_bytes: PART_BYTES,
+                parts_grow: true,
                 presigner,
                 copy_part_max: ranged_copy::COPY_PART_MAX,
                 copy_part_floor: ranged_copy::PART_FLOOR,
@@ -226,7 +248,16 @@ impl ExportStore {
 
     /// An upload to `key` that sends parts as they fill, calling `on_progress` as each one lands.
     pub fn stage(&self, key: &Path, on_progress: OnProgress) -> StagingUpload {
-        StagingUpload { objects: self.objects.clone(), key: key.clone(), pending: Vec::new(), part_bytes: self.part_bytes, multipart: None, on_progress }
+        StagingUpload {
+            objects: self.objects.clone(),
+            key: key.clone(),
+            pending: Vec::new(),
+            part_bytes: self.part_bytes,
+            parts_grow: self.parts_grow,
+            parts_sent: 0,
+            multipart: None,
+            on_progress,
+        }
     }
 
     /// Reads an object through and returns its size, hex SHA-256 and CRC-32: a local file in
@@ -449,7 +480,11 @@ pub struct StagingUpload {
     key: Path,
     /// The part being filled: allocated once at its full size, sent when full.
     pending: Vec<u8>,
+    /// The first part's size.
     part_bytes: usize,
+    /// Whether later parts grow ([`s3_part_size`]): S3's uploads have at most 10,000 parts.
+    parts_grow: bool,
+    parts_sent: usize,
     multipart: Option<Multipart>,
     on_progress: OnProgress,
 }
@@ -483,17 +518,23 @@ impl StagingUpload {
     /// Appends bytes; sends every full part.
     pub async fn write(&mut self, mut bytes: &[u8]) -> Result<(), object_store::Error> {
         while !bytes.is_empty() {
+            let part_size = self.part_size();
             if self.pending.capacity() == 0 {
-                self.pending.reserve_exact(self.part_bytes);
+                self.pending.reserve_exact(part_size);
             }
-            let (now, later) = bytes.split_at(bytes.len().min(self.part_bytes - self.pending.len()));
+            let (now, later) = bytes.split_at(bytes.len().min(part_size - self.pending.len()));
             self.pending.extend_from_slice(now);
             bytes = later;
-            if self.pending.len() == self.part_bytes {
+            if self.pending.len() == part_size {
                 self.send_part().await?;
             }
         }
         Ok(())
+    }
+
+    /// The size of the part being filled.
+    fn part_size(&self) -> usize {
+        if self.parts_grow { s3_part_size(self.part_bytes, self.parts_sent) } else { self.part_bytes }
     }
 
     /// Sends the full pending part, once fewer than [`PARTS_IN_FLIGHT`] are in flight.
@@ -506,6 +547,7 @@ impl StagingUpload {
             m.settle(PARTS_IN_FLIGHT - 1, &self.on_progress).await?;
             let part = bytes::Bytes::from(std::mem::take(&mut self.pending));
             m.parts.spawn(m.upload.put_part(PutPayload::from(part)));
+            self.parts_sent += 1;
         }
         Ok(())
     }
@@ -768,6 +810,17 @@ pub fn parse_artifact_key(key: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ten_thousand_growing_s3_parts_hold_more_than_s3s_largest_object_and_none_is_outside_s3s_bounds() {
+        let sizes: Vec<u64> = (0..ranged_copy::PARTS_MAX as usize).map(|i| s3_part_size(PART_BYTES, i) as u64).collect();
+        assert!(sizes.iter().all(|&s| (PART_BYTES as u64..=S3_PART_MAX as u64).contains(&s)), "every part from 5 MiB to 5 GiB");
+        assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "sizes never shrink");
+        assert!(sizes.iter().sum::<u64>() > 5 * (1 << 40), "10,000 parts hold more than 5 TiB");
+        assert_eq!(sizes[..FLAT_PARTS].iter().sum::<u64>(), FLAT_PARTS as u64 * PART_BYTES as u64, "a file under 19.5 GiB keeps 5 MiB parts");
+        assert_eq!(s3_part_size(PART_BYTES, FLAT_PARTS), 2 * PART_BYTES);
+        assert_eq!(s3_part_size(PART_BYTES, usize::MAX), S3_PART_MAX, "never above S3's largest part");
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_upload_larger_than_a_part_arrives_whole_and_an_aborted_one_leaves_nothing() {

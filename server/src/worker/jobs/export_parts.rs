@@ -61,6 +61,10 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, reque
             let range = KeyRange { after: last_key, max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
             let staged = a.stage(plan.part(range), &staging, compression, rows_before).await?;
             let read = staged.part.ok_or_else(|| Stop::internal("a part's read reported no keys"))?;
+            // Checked like the sizes and digests: a part holds at most the plan's rows.
+            if u64::try_from(staged.rows).map_or(true, |rows| rows > fixed.part_rows) {
+                return Err(Stop::invalid_data(format!("part {index} wrote {} rows; a part holds at most {}", staged.rows, fixed.part_rows)));
+            }
             Ok(Some(StagedPart { index, staging, staged, read, read_ms: started.elapsed().as_millis() as u64 }))
         };
         let finish = async {
