@@ -111,6 +111,16 @@ async fn problem_title(resp: Response) -> String {
     }
 }
 
+/// Remembers the page's language for the server's next render: leptos_i18n's cookie, written
+/// here so that the browser build carries no cookie library (the server reads it).
+pub fn remember_locale(tag: &str) {
+    use wasm_bindgen::JsCast;
+    let document = web_sys::window().and_then(|w| w.document()).and_then(|d| d.dyn_into::<web_sys::HtmlDocument>().ok());
+    if let Some(document) = document {
+        let _ = document.set_cookie(&format!("i18n_pref_locale={tag}; path=/; max-age=31536000; samesite=lax"));
+    }
+}
+
 /// Runs once the page is hydrated: listens to the other tabs, ticks the countdown, finds out
 /// who is signed in and resumes a stored intent.
 pub fn start(s: PageSignals) {

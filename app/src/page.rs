@@ -507,7 +507,12 @@ pub fn ExportPage() -> impl IntoView {
         <header class="top">
             <h1>"exportd"</h1>
             <button type="button" class="link" data-testid="language"
-                on:click=move |_| i18n.set_locale(if i18n.get_locale() == Locale::en { Locale::ar } else { Locale::en })>
+                on:click=move |_| {
+                    let next = if i18n.get_locale() == Locale::en { Locale::ar } else { Locale::en };
+                    i18n.set_locale(next);
+                    #[cfg(feature = "hydrate")]
+                    crate::client::remember_locale(next.as_str());
+                }>
                 {t!(i18n, language_switch)}
             </button>
             {move || match s.session.get() {

@@ -47,7 +47,7 @@ async fn count_requests(State(metrics): State<Metrics>, req: axum::extract::Requ
     resp
 }
 
-async fn unknown_api_route() -> AppError {
+async fn unknown_route() -> AppError {
     AppError::NotFound
 }
 
@@ -65,7 +65,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/exports/{id}/download", get(controllers::downloads::download))
         .route("/exports/{id}/parts/{n}/download", get(controllers::downloads::download_part))
         .route("/openapi.json", get(controllers::openapi::openapi_json))
-        .fallback(unknown_api_route)
+        .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed);
     Router::new()
         .nest("/api", api)
@@ -98,8 +98,15 @@ pub fn app_router(state: AppState) -> Router {
                 move || app::shell(options.clone())
             },
         )
-        .route("/sfn/{*rest}", axum::routing::any(unknown_api_route))
-        .fallback(leptos_axum::file_and_error_handler(app::shell))
+        .route("/sfn/{*rest}", axum::routing::any(unknown_route))
+        // The page is one route; anything else is a file of the site (its precompressed copy
+        // when the browser takes it) or a 404 problem.
+        .fallback_service(
+            tower_http::services::ServeDir::new(&state.config.site_root)
+                .precompressed_br()
+                .precompressed_gzip()
+                .fallback(axum::routing::any(unknown_route)),
+        )
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state.clone(), controllers::page::guard_server_functions))
