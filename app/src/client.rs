@@ -80,11 +80,28 @@ fn is_transient(p: &Problem) -> bool {
     p.code == sfn::NETWORK || p.status == 0 || p.status >= 500
 }
 
+/// A fresh idempotency key: a random (version 4) UUID from `crypto.getRandomValues`, which every
+/// page has; `crypto.randomUUID` exists only in secure contexts, so a page served over plain HTTP
+/// from a LAN address has none.
 fn new_key() -> String {
-    web_sys::window()
-        .and_then(|w| w.crypto().ok())
-        .map(|c| c.random_uuid())
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+    let mut bytes = [0u8; 16];
+    let filled = web_sys::window().and_then(|w| w.crypto().ok()).is_some_and(|c| c.get_random_values_with_u8_array(&mut bytes).is_ok());
+    if !filled {
+        // No Web Crypto at all (no browser of SPEC §7 lacks it): Math.random, still unique enough
+        // for one user's intents.
+        for b in bytes.iter_mut() {
+            *b = (js_sys::Math::random() * 256.0) as u8;
+        }
+    }
+    uuid_v4(bytes)
+}
+
+/// Writes 16 random bytes as a version 4, variant 1 UUID.
+fn uuid_v4(mut b: [u8; 16]) -> String {
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
 }
 
 fn browser_timezone() -> String {

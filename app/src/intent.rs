@@ -11,7 +11,7 @@ use std::cell::Cell;
 /// One export intent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Intent {
-    /// The idempotency key, made with `crypto.randomUUID()` when the user asked.
+    /// The idempotency key, a random v4 UUID from `crypto.getRandomValues` made when the user asked.
     pub key: String,
     /// The request exactly as sent on every try.
     pub request: ExportRequest,

@@ -429,3 +429,23 @@ test('a large export in parts shows its parts as they are done, then offers the 
   const expected = await query<{ id: string }>(`SELECT o.id ${inRange} ORDER BY o.id OFFSET 5000 LIMIT 5000`, [Date.parse(resolved.from), Date.parse(resolved.to)]);
   expect(rows.map((r) => r[idIndex])).toEqual(expected.map((r) => String(r.id)));
 });
+
+test('over plain HTTP on a LAN address, where crypto.randomUUID does not exist, a click still sends one export with a fresh v4 key', async ({ browser }) => {
+  // A page served over http:// from an address other than localhost is not a secure context:
+  // the browser has crypto.getRandomValues but no crypto.randomUUID.
+  const context = await browser.newContext();
+  await context.addInitScript(() => {
+    delete (Crypto.prototype as unknown as { randomUUID?: unknown }).randomUUID;
+  });
+  const page = await context.newPage();
+  const t0 = Date.now();
+  await signIn(page);
+  expect(await page.evaluate(() => typeof (crypto as unknown as { randomUUID?: unknown }).randomUUID)).toBe('undefined');
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  const made = await exportsSince(t0);
+  expect(made).toHaveLength(1);
+  const [row] = await query<{ idempotency_key: string }>('SELECT idempotency_key FROM exports WHERE id = $1', [made[0].id]);
+  expect(row.idempotency_key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  await context.close();
+});
