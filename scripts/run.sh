@@ -5,8 +5,16 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$root/scripts/setup.sh"
 cd "$root"
-# A debug build: it shares its artifacts with the test command and builds fastest from scratch.
-cargo leptos build
-exe="$CARGO_TARGET_DIR/debug/exportd"
+# What a user gets: a release build whose static files are precompressed (brotli and gzip).
+# `scripts/run.sh --dev` builds the debug binary instead: faster to build from scratch and shared
+# with the test command, but its wasm is about 9 MB.
+if [[ "${1:-}" == "--dev" ]]; then
+  shift
+  cargo leptos build
+  exe="$CARGO_TARGET_DIR/debug/exportd"
+else
+  cargo leptos build --release --precompress
+  exe="$CARGO_TARGET_DIR/release/exportd"
+fi
 "$exe" seed --demo
 exec "$exe" serve "$@"
