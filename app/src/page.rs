@@ -451,7 +451,8 @@ pub fn ExportPage() -> impl IntoView {
                 {move || match state.get() {
                     ExportState::Running { rows_written, rows_total, parts_done, parts_expected } => Some(view! {
                         <div class="progress">
-                            <progress data-testid="progress" max=rows_total.unwrap_or(0).max(1) value=rows_written
+                            // Without a total the bar has no value: indeterminate, not full.
+                            <progress data-testid="progress" max=rows_total.map(|t| t.max(1)) value=rows_total.map(|_| rows_written)
                                 aria-label=move || t_string!(i18n, rows_written_label).to_string()></progress>
                             <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| t_string!(i18n, rows_per_sec, rate = number(i18n, r.round() as i64)).to_string()).unwrap_or_default()}</span>
                             {parts_done.map(|done| view! {

@@ -449,3 +449,24 @@ test('over plain HTTP on a LAN address, where crypto.randomUUID does not exist, 
   expect(row.idempotency_key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   await context.close();
 });
+
+test('a running export whose total is not counted yet shows a progress bar that is not full', async ({ page }) => {
+  // Hold the total back as a worker still counting would: the first answers of a new attempt.
+  await page.route('**/sfn/export_status', async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    if (body.status === 'running') {
+      body.progress.rows_total = null;
+    }
+    await route.fulfill({ response, json: body });
+  });
+  await signIn(page);
+  await wholeRange(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
+  const bar = page.getByTestId('progress');
+  await expect(bar).toBeVisible();
+  expect(await bar.evaluate((el) => el.matches(':indeterminate'))).toBe(true);
+  expect(await bar.evaluate((el) => (el as HTMLProgressElement).position)).toBe(-1);
+  await cancelIfRunning(page);
+});
