@@ -572,6 +572,7 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     let rows = v.artifact.as_ref().map(|a| a.rows).unwrap_or(v.progress.rows_written);
     let created_at = v.created_at.clone();
     let status = v.status;
+    let expired = matches!(state, ExportState::Expired);
     let id = v.id.clone();
     let action = match &state {
         ExportState::Ready { .. } => {
@@ -588,7 +589,8 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     };
     view! {
         <tr data-testid="recent-row" data-op=v.id.clone() data-state=state.name()>
-            <td>{move || status_label(i18n, status)}</td>
+            // A ready export whose file has expired is listed as expired, like the status shows it.
+            <td>{move || if expired { t_string!(i18n, status_expired).to_string() } else { status_label(i18n, status) }}</td>
             <td>{range}</td>
             <td>{move || number(i18n, rows)}</td>
             <td>{move || date_time(i18n, &created_at)}</td>

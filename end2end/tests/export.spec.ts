@@ -470,3 +470,18 @@ test('a running export whose total is not counted yet shows a progress bar that 
   expect(await bar.evaluate((el) => (el as HTMLProgressElement).position)).toBe(-1);
   await cancelIfRunning(page);
 });
+
+test('an export whose file has expired is listed as expired, with no download', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  const [op] = await exportsSince(t0);
+  // What the janitor records when the file's retention ends.
+  await query('UPDATE exports SET artifact_expired = true WHERE id = $1', [op.id]);
+  await page.reload();
+  const row = page.locator(`[data-testid=recent-row][data-op="${op.id}"]`);
+  await expect(row).toHaveAttribute('data-state', 'expired');
+  await expect(row.locator('td').first()).toHaveText('expired');
+  await expect(row.getByTestId('recent-download')).toHaveCount(0);
+});
