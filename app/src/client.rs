@@ -230,8 +230,16 @@ pub fn logout(s: PageSignals) {
     spawn_local(async move {
         let _ = Request::delete("/api/session").send().await;
         DRIVES.with(|d| d.stop_all());
+        // Nothing of this user stays on screen for the next one: the state, the list, the
+        // notice and the form's errors.
         s.state.set(ExportState::Idle);
         s.op_id.set(None);
+        s.rows_per_sec.set(None);
+        s.retry_in.set(None);
+        s.notice.set(None);
+        s.form.errors.set(Vec::new());
+        s.recent.set(Vec::new());
+        s.next_cursor.set(None);
         s.session.set(SessionState::SignedOut);
     });
 }

@@ -485,3 +485,27 @@ test('an export whose file has expired is listed as expired, with no download', 
   await expect(row.locator('td').first()).toHaveText('expired');
   await expect(row.getByTestId('recent-download')).toHaveCount(0);
 });
+
+test('signing out clears the list, notice and field errors of the user before, and the next user sees only their own', async ({ page }) => {
+  await signIn(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  const rows = page.getByTestId('recent-row');
+  await expect(rows.first()).toBeVisible();
+  const bobsOp = await rows.first().getAttribute('data-op');
+  // A request the server refuses field by field: the end before the start.
+  await page.locator('select[name=range]').selectOption('custom');
+  await page.locator('input[name=from]').fill('2026-12-10');
+  await page.locator('input[name=to]').fill('2026-01-01');
+  await page.getByTestId('export').click();
+  await expect(page.locator('.field-error, [data-testid=form-errors] li, [data-testid=notice]').first()).toBeVisible();
+
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await expect(page.getByLabel('Email')).toBeVisible();
+  await expect(rows).toHaveCount(0);
+  await expect(page.locator('.field-error, [data-testid=form-errors] li, [data-testid=notice]')).toHaveCount(0);
+
+  await signIn(page, 'gina@globex.test');
+  await expect(page.locator(`[data-testid=recent-row][data-op="${bobsOp}"]`)).toHaveCount(0);
+  await expect(page.locator('.field-error, [data-testid=form-errors] li')).toHaveCount(0);
+});
