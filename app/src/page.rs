@@ -23,6 +23,14 @@ pub enum SessionState {
     SignedIn(SessionView),
 }
 
+impl SessionState {
+    /// Whether the signed-in user's role may export and download (SPEC §1: a viewer sees its
+    /// past exports and can do neither).
+    pub fn may_export(&self) -> bool {
+        matches!(self, SessionState::SignedIn(who) if who.role != "viewer")
+    }
+}
+
 /// The export form's fields, as typed.
 #[derive(Clone, Copy)]
 pub struct FormSignals {
@@ -434,7 +442,9 @@ pub fn ExportPage() -> impl IntoView {
                     {t!(i18n, gzip)}
                 </label>
                 </div>
-                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled()>{t!(i18n, export)}</button>
+                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled() || !s.session.get().may_export()>{t!(i18n, export)}</button>
+                {move || (matches!(s.session.get(), SessionState::SignedIn(_)) && !s.session.get().may_export())
+                    .then(|| view! { <p class="note" data-testid="viewer-note">{t!(i18n, viewer_note)}</p> })}
             </form>
         }
     };
@@ -463,12 +473,17 @@ pub fn ExportPage() -> impl IntoView {
                             })}
                         </div>
                     }.into_any()),
-                    ExportState::Ready { sha256, parts, .. } => Some(view! {
-                        <p class="digest">"SHA-256 " <code data-testid="sha256">{sha256}</code></p>
-                        <button type="button" data-testid="download" on:click=on_download>
-                            {if parts.is_empty() { t!(i18n, download).into_any() } else { t!(i18n, download_bundle).into_any() }}
-                        </button>
-                        {(!parts.is_empty()).then(|| parts_view(i18n, s, parts))}
+                    ExportState::Ready { sha256, parts, .. } => Some({
+                        let may = s.session.get().may_export();
+                        view! {
+                            <p class="digest">"SHA-256 " <code data-testid="sha256">{sha256}</code></p>
+                            {may.then(|| view! {
+                                <button type="button" data-testid="download" on:click=on_download>
+                                    {if parts.is_empty() { t!(i18n, download).into_any() } else { t!(i18n, download_bundle).into_any() }}
+                                </button>
+                            })}
+                            {(may && !parts.is_empty()).then(|| parts_view(i18n, s, parts))}
+                        }
                     }.into_any()),
                     ExportState::Failed { code, support_ref, retryable, .. } => Some(view! {
                         <p class="reason">{t!(i18n, reason)} " " <code data-testid="failure-code">{code}</code>
@@ -575,7 +590,7 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     let expired = matches!(state, ExportState::Expired);
     let id = v.id.clone();
     let action = match &state {
-        ExportState::Ready { .. } => {
+        ExportState::Ready { .. } if s.session.get_untracked().may_export() => {
             let on_click = move |_| {
                 #[cfg(feature = "hydrate")]
                 crate::client::download(s, id.clone(), None);

@@ -509,3 +509,24 @@ test('signing out clears the list, notice and field errors of the user before, a
   await expect(page.locator(`[data-testid=recent-row][data-op="${bobsOp}"]`)).toHaveCount(0);
   await expect(page.locator('.field-error, [data-testid=form-errors] li')).toHaveCount(0);
 });
+
+test('a viewer sees its past exports with Export disabled, says why, and offers no download anywhere', async ({ page }) => {
+  const VIC = 'vic@acme.test';
+  // Vic exported while an analyst, then became a viewer again.
+  exportd(['user', 'set-role', VIC, 'analyst']);
+  try {
+    await signIn(page, VIC);
+    await page.getByTestId('export').click();
+    await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  } finally {
+    exportd(['user', 'set-role', VIC, 'viewer']);
+  }
+  await page.reload();
+  await expect(page.getByTestId('who')).toHaveText(VIC);
+  await expect(status(page)).toHaveAttribute('data-state', 'ready');
+  await expect(page.getByTestId('recent-row').first()).toBeVisible();
+  await expect(page.getByTestId('export')).toBeDisabled();
+  await expect(page.getByTestId('viewer-note')).toBeVisible();
+  await expect(page.getByTestId('download')).toHaveCount(0);
+  await expect(page.getByTestId('recent-download')).toHaveCount(0);
+});
