@@ -494,12 +494,22 @@ pub fn cancel(s: PageSignals) {
 /// the file or bundle, or to part `part` of a checkpointed export.
 pub fn download(s: PageSignals, id: String, part: Option<i32>) {
     spawn_local(async move {
+        let id_of_link = id.clone();
         match timed(sfn::download_link(id, part)).await {
             Ok(url) => {
                 s.notice.set(None);
                 if let Some(w) = web_sys::window() {
                     let _ = w.location().assign(&url);
                 }
+            }
+            // The file is gone (its retention ended): the export now reads as expired, here and
+            // in the list, and offers no download.
+            Err(p) if p.status == 410 => {
+                if s.op_id.get_untracked().as_deref() == Some(id_of_link.as_str()) {
+                    s.state.set(ExportState::Expired);
+                }
+                s.notice.set(Some(p.title));
+                load_recent(s, false);
             }
             Err(p) => s.notice.set(Some(p.title)),
         }

@@ -530,3 +530,19 @@ test('a viewer sees its past exports with Export disabled, says why, and offers 
   await expect(page.getByTestId('download')).toHaveCount(0);
   await expect(page.getByTestId('recent-download')).toHaveCount(0);
 });
+
+test('a Download answered 410 because the file expired turns the export into expired, with no Download left', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  const [op] = await exportsSince(t0);
+  // The janitor ends the file's retention while the page still shows it ready (its transition
+  // moves updated_at, as every transition does).
+  await query('UPDATE exports SET artifact_expired = true, updated_at = updated_at + 1 WHERE id = $1', [op.id]);
+  await page.getByTestId('download').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'expired');
+  await expect(page.getByTestId('download')).toHaveCount(0);
+  await expect(page.getByTestId('notice')).toBeVisible();
+  await expect(page.locator(`[data-testid=recent-row][data-op="${op.id}"]`)).toHaveAttribute('data-state', 'expired');
+});
