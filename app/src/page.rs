@@ -193,6 +193,33 @@ pub fn date_time(i18n: I18n, rfc3339: &str) -> String {
     rfc3339.replace('T', " ").chars().take(16).collect()
 }
 
+/// The days a resolved range covers, as the user chose them: its start and its last day (the
+/// resolved end is exclusive), each the date in the export's own timezone, `YYYY-MM-DD`.
+pub fn range_days(resolved: &crate::model::ResolvedContract) -> String {
+    #[cfg(feature = "hydrate")]
+    {
+        let day = |ms: f64| -> Option<String> {
+            let options = js_sys::Object::new();
+            let _ = js_sys::Reflect::set(&options, &"timeZone".into(), &resolved.timezone.as_str().into());
+            for (field, style) in [("year", "numeric"), ("month", "2-digit"), ("day", "2-digit")] {
+                let _ = js_sys::Reflect::set(&options, &field.into(), &style.into());
+            }
+            // en-CA writes a date as YYYY-MM-DD.
+            let format = js_sys::Intl::DateTimeFormat::new(&js_sys::Array::of1(&"en-CA".into()), &options);
+            let date = js_sys::Date::new(&ms.into());
+            format.format().call1(&format, &date).ok().and_then(|v| v.as_string())
+        };
+        let from = js_sys::Date::new(&resolved.from.as_str().into()).get_time();
+        let to = js_sys::Date::new(&resolved.to.as_str().into()).get_time();
+        if !from.is_nan() && !to.is_nan() {
+            if let (Some(first), Some(last)) = (day(from), day(to - 1.0)) {
+                return format!("{first} – {last}");
+            }
+        }
+    }
+    format!("{} – {}", resolved.from.get(..10).unwrap_or(""), resolved.to.get(..10).unwrap_or(""))
+}
+
 /// A byte count for people.
 pub fn human_bytes(bytes: i64) -> String {
     match bytes {
@@ -583,7 +610,7 @@ fn parts_view(i18n: I18n, s: PageSignals, parts: Vec<PartView>) -> impl IntoView
 
 fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     let state = ExportState::from_view(&v);
-    let range = format!("{} – {}", v.resolved.from.get(..10).unwrap_or(""), v.resolved.to.get(..10).unwrap_or(""));
+    let range = range_days(&v.resolved);
     let rows = v.artifact.as_ref().map(|a| a.rows).unwrap_or(v.progress.rows_written);
     let created_at = v.created_at.clone();
     let status = v.status;

@@ -546,3 +546,21 @@ test('a Download answered 410 because the file expired turns the export into exp
   await expect(page.getByTestId('notice')).toBeVisible();
   await expect(page.locator(`[data-testid=recent-row][data-op="${op.id}"]`)).toHaveAttribute('data-state', 'expired');
 });
+
+test('the recent list shows the days the user chose, in the timezone of the export, last day included', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  for (const timezone of ['UTC', 'Asia/Riyadh', 'America/New_York']) {
+    await page.locator('select[name=range]').selectOption('custom');
+    await page.locator('input[name=from]').fill('2026-01-01');
+    await page.locator('input[name=to]').fill('2026-01-31');
+    await page.locator('input[name=timezone]').fill(timezone);
+    await page.getByTestId('export').click();
+    await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  }
+  const made = await exportsSince(t0);
+  expect(made).toHaveLength(3);
+  for (const op of made) {
+    await expect(page.locator(`[data-testid=recent-row][data-op="${op.id}"] td`).nth(1)).toHaveText('2026-01-01 – 2026-01-31');
+  }
+});
