@@ -259,6 +259,18 @@ pub fn describe(i18n: I18n, state: &ExportState, retry_in: Option<i64>) -> Strin
     }
 }
 
+/// What a screen reader is told when the state changes: one sentence per kind of state, with
+/// no numbers, so a poll or a countdown second that changes only numbers says nothing again.
+pub fn announcement(i18n: I18n, state: &ExportState) -> String {
+    match state {
+        ExportState::Idle => String::new(),
+        ExportState::Running { .. } => t_string!(i18n, announce_running).to_string(),
+        ExportState::RetryWait { .. } => t_string!(i18n, announce_retry_wait).to_string(),
+        ExportState::Ready { .. } => t_string!(i18n, announce_ready).to_string(),
+        other => describe(i18n, other, None),
+    }
+}
+
 fn field_error(errors: RwSignal<Vec<ProblemField>>, pointer: &'static str, name: &'static str) -> impl IntoView {
     move || {
         errors.get().into_iter().find(|e| e.pointer == pointer || e.pointer.starts_with(&format!("{pointer}/"))).map(|e| {
@@ -476,12 +488,17 @@ pub fn ExportPage() -> impl IntoView {
         }
     };
 
+    // A memo: the region's text is set again only when the sentence changes.
+    let announced = Memo::new(move |_| announcement(i18n, &s.state.get()));
     let status_view = move || {
         let state = s.state;
         view! {
             <section class="card" aria-labelledby="status-heading">
                 <h2 id="status-heading">{t!(i18n, current_export)}</h2>
-                <div class="status" role="status" aria-live="polite" data-testid="status" data-state=move || state.get().name()
+                // The live region announces changes of state only; the status itself (its rows,
+                // countdown and size) is read when the user goes to it.
+                <p class="announce" role="status" aria-live="polite" data-testid="announce">{move || announced.get()}</p>
+                <div class="status" data-testid="status" data-state=move || state.get().name()
                     data-op=move || s.op_id.get().unwrap_or_default()>
                     {move || describe(i18n, &state.get(), s.retry_in.get())}
                 </div>

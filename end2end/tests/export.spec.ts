@@ -564,3 +564,40 @@ test('the recent list shows the days the user chose, in the timezone of the expo
     await expect(page.locator(`[data-testid=recent-row][data-op="${op.id}"] td`).nth(1)).toHaveText('2026-01-01 – 2026-01-31');
   }
 });
+
+test('screen readers hear each state change once, never the numbers of every poll or countdown second', async ({ page, context }) => {
+  // Every text any live region is given, from the page's first script.
+  await context.addInitScript(() => {
+    const heard: string[] = [];
+    (window as unknown as { heard: string[] }).heard = heard;
+    const live = (node: Node | null): Element | null => {
+      for (let el = node instanceof Element ? node : node?.parentElement ?? null; el; el = el.parentElement) {
+        if (el.hasAttribute('aria-live') || ['status', 'alert', 'log'].includes(el.getAttribute('role') ?? '')) return el;
+      }
+      return null;
+    };
+    new MutationObserver((records) => {
+      const changed = new Set<Element>();
+      for (const r of records) {
+        const region = live(r.target);
+        if (region) changed.add(region);
+      }
+      for (const region of changed) heard.push(region.textContent ?? '');
+    }).observe(document, { subtree: true, childList: true, characterData: true });
+  });
+  await signIn(page);
+  await wholeRange(page);
+  const start = await page.evaluate(() => (window as unknown as { heard: string[] }).heard.length);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
+  // Several polls while it runs, each with more rows.
+  await expect.poll(async () => Number(await page.getByTestId('progress').getAttribute('value')), { timeout: 30_000 }).toBeGreaterThan(0);
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
+  const heard = (await page.evaluate(() => (window as unknown as { heard: string[] }).heard)).slice(start).filter((t) => t.trim() !== '');
+  // submitting → queued → running → ready, perhaps without queued: each once, and no numbers.
+  expect(heard.length).toBeLessThanOrEqual(4);
+  expect(new Set(heard).size).toBe(heard.length);
+  for (const text of heard) {
+    expect(text).not.toMatch(/[0-9]/);
+  }
+});
