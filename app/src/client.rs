@@ -476,18 +476,32 @@ async fn poll(s: PageSignals, slot: &str, mut intent: Intent, id: &str, d: Drive
 pub fn cancel(s: PageSignals) {
     let Some(id) = s.op_id.get_untracked() else { return };
     spawn_local(async move {
-        match timed(sfn::cancel_export(id)).await {
-            Ok(view) => {
-                if s.op_id.get_untracked().as_deref() == Some(view.id.as_str()) {
-                    s.state.set(ExportState::from_view(&view));
-                }
-            }
+        let view = match timed(sfn::cancel_export(id)).await {
+            Ok(view) => view,
             Err(p) => match p.export {
-                Some(view) => s.state.set(ExportState::from_view(&view)),
-                None => s.notice.set(Some(p.title)),
+                Some(view) => *view,
+                None => return s.notice.set(Some(p.title)),
             },
+        };
+        if s.op_id.get_untracked().as_deref() != Some(view.id.as_str()) {
+            return;
         }
+        // A cancel answered as ended settles the stored intent before the page shows it ended,
+        // so the next Export click starts a new operation instead of driving this one again.
+        if view.status.is_terminal() {
+            settle_stored(s, &view.id);
+        }
+        s.state.set(ExportState::from_view(&view));
     });
+}
+
+/// Marks the stored intent of operation `id` settled, if it is the one stored.
+fn settle_stored(s: PageSignals, id: &str) {
+    let Some(slot) = slot(s) else { return };
+    if let Some(mut stored) = Local.load(&slot).filter(|i| i.id.as_deref() == Some(id) && !i.settled) {
+        stored.settled = true;
+        Local.store(&slot, &stored);
+    }
 }
 
 /// Download: mints a fresh link on every click (never re-running the export) and follows it; to

@@ -601,3 +601,29 @@ test('screen readers hear each state change once, never the numbers of every pol
     expect(text).not.toMatch(/[0-9]/);
   }
 });
+
+test('an Export click right after a cancel starts a new operation, not the cancelled one again', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  await wholeRange(page);
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
+  const cancelled = await status(page).getAttribute('data-op');
+  // From here the page's status polls get no answer: only the cancel's own answer tells it, and
+  // it says cancelled at once, as it does for an export still queued.
+  await page.route('**/sfn/export_status', () => {});
+  await page.route('**/sfn/cancel_export', async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    body.status = 'cancelled';
+    await route.fulfill({ response, json: body });
+  });
+  await page.getByTestId('cancel').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'cancelled');
+  await page.getByTestId('export').click();
+  await expect.poll(async () => (await exportsSince(t0)).length, { timeout: 15_000 }).toBe(2);
+  await expect(status(page)).not.toHaveAttribute('data-op', cancelled!);
+  await page.unroute('**/sfn/export_status');
+  await page.unroute('**/sfn/cancel_export');
+  await cancelIfRunning(page);
+});
