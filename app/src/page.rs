@@ -138,6 +138,16 @@ fn status_label(i18n: I18n, status: ExportStatus) -> String {
     }
 }
 
+/// A role's name in the page's language.
+fn role_label(i18n: I18n, role: &str) -> String {
+    match role {
+        "admin" => t_string!(i18n, role_admin).to_string(),
+        "analyst" => t_string!(i18n, role_analyst).to_string(),
+        "viewer" => t_string!(i18n, role_viewer).to_string(),
+        other => other.to_owned(),
+    }
+}
+
 /// The preset a range field names, if it is one.
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 pub fn preset_of(range: &str) -> Option<Preset> {
@@ -566,7 +576,9 @@ pub fn ExportPage() -> impl IntoView {
     view! {
         <header class="top">
             <h1>"exportd"</h1>
+            // The switch names the other language in that language, so it says which it is.
             <button type="button" class="link" data-testid="language"
+                lang=move || if i18n.get_locale() == Locale::en { "ar" } else { "en" }
                 on:click=move |_| {
                     let next = if i18n.get_locale() == Locale::en { Locale::ar } else { Locale::en };
                     i18n.set_locale(next);
@@ -577,9 +589,10 @@ pub fn ExportPage() -> impl IntoView {
             </button>
             {move || match s.session.get() {
                 SessionState::SignedIn(who) => Some(view! {
+                    // An address and a slug keep their own direction inside right-to-left text.
                     <p class="who">
-                        <strong data-testid="who">{who.email.clone()}</strong>
-                        " (" {who.role.clone()} ", " {who.tenant.clone()} ") "
+                        <strong><bdi data-testid="who">{who.email.clone()}</bdi></strong>
+                        " (" <span data-testid="role">{role_label(i18n, &who.role)}</span> ", " <bdi>{who.tenant.clone()}</bdi> ") "
                         <button class="link" on:click=on_logout>{t!(i18n, sign_out)}</button>
                     </p>
                 }),

@@ -627,3 +627,17 @@ test('an Export click right after a cancel starts a new operation, not the cance
   await page.unroute('**/sfn/cancel_export');
   await cancelIfRunning(page);
 });
+
+test('the language switch is marked with its own language, the role is translated, and the address and tenant keep their direction', async ({ page }) => {
+  await signIn(page);
+  await expect(page.getByTestId('language')).toHaveAttribute('lang', 'ar');
+  await expect(page.getByTestId('role')).toHaveText('analyst');
+  await expect(page.locator('.who bdi')).toHaveText([BOB, 'acme']);
+  await page.getByTestId('language').click();
+  await expect(page.locator('html')).toHaveAttribute('dir', 'rtl');
+  await expect(page.getByTestId('language')).toHaveAttribute('lang', 'en');
+  await expect(page.getByTestId('role')).toHaveText('محلل');
+  await expect(page.locator('.who bdi')).toHaveText([BOB, 'acme']);
+  await page.getByTestId('language').click();
+  await expect(page.locator('html')).toHaveAttribute('lang', 'en');
+});
