@@ -65,7 +65,12 @@ pub(super) fn total_kept_across_attempts() -> Expr {
 /// rows than it did (an attempt that resumes re-reads the part the last one left unfinished, and
 /// a part read ahead was already counted); any other job shows `rows`.
 pub(super) fn rows_reported(rows: i64) -> Expr {
-    CaseStatement::new().case(has_checkpoints().and(rows_written_col().gt(rows)), rows_written_col()).finally(Expr::val(rows)).into()
+    CaseStatement::new().case(has_checkpoints(), at_least_shown(rows)).finally(Expr::val(rows)).into()
+}
+
+/// `rows`, or the rows already shown when they are more.
+fn at_least_shown(rows: i64) -> Expr {
+    CaseStatement::new().case(rows_written_col().gt(rows), rows_written_col()).finally(Expr::val(rows)).into()
 }
 
 /// Records step `seq` (one more than the job's last) of `job` with `payload`, and `rows_written`
@@ -85,7 +90,7 @@ pub async fn record(
     let moved = exports::Entity::update_many()
         .col_expr(exports::Column::CheckpointSeq, Expr::val(seq))
         // Never fewer than shown: a heartbeat may already count the next part, read ahead.
-        .col_expr(exports::Column::RowsWritten, CaseStatement::new().case(rows_written_col().gt(rows_written), rows_written_col()).finally(Expr::val(rows_written)).into())
+        .col_expr(exports::Column::RowsWritten, at_least_shown(rows_written))
         .col_expr(exports::Column::LastProgressAt, now())
         .filter(exports::Column::Id.eq(&job.id))
         .filter(exports::Column::Generation.eq(job.generation))

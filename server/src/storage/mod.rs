@@ -266,13 +266,7 @@ impl ExportStore {
     pub async fn digest(&self, key: &Path, on_progress: OnProgress) -> Result<Digests, object_store::Error> {
         if let Some(local) = &self.local {
             let file = local.path_to_filesystem(key)?;
-            return tokio::task::spawn_blocking(move || digest_file(&file, &*on_progress))
-                .await
-                .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
-                .map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => object_store::Error::NotFound { path: key.to_string(), source: Box::new(e) },
-                    _ => object_store::Error::Generic { store: "local", source: Box::new(e) },
-                });
+            return on_local_files(key.to_string(), move || digest_file(&file, &*on_progress)).await;
         }
         let size = self.objects.head(key).await?.size;
         let mut digests = Reading::default();
@@ -386,13 +380,11 @@ impl ExportStore {
                     crate::bundle::Piece::Object(key, range) => LocalPiece::File(local.path_to_filesystem(key)?, range.clone()),
                 });
             }
-            return tokio::task::spawn_blocking(move || digest_local_pieces(&local_pieces, &*on_progress))
-                .await
-                .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
-                .map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => object_store::Error::NotFound { path: e.to_string(), source: Box::new(e) },
-                    _ => object_store::Error::Generic { store: "local", source: Box::new(e) },
-                });
+            let named = local_pieces.iter().find_map(|p| match p {
+                LocalPiece::File(path, _) => Some(path.display().to_string()),
+                LocalPiece::Bytes(_) => None,
+            });
+            return on_local_files(named.unwrap_or_default(), move || digest_local_pieces(&local_pieces, &*on_progress)).await;
         }
         let mut hasher = Sha256::new();
         let mut bytes = self.stream_pieces(pieces.to_vec());
@@ -470,6 +462,18 @@ pub struct PartialUpload {
     pub key: Path,
     /// Its last write, in epoch milliseconds of this host's file system.
     pub modified_ms: i64,
+}
+
+/// Runs `work`, file I/O in a local store's folder, on a blocking thread; its errors are the
+/// store's (a missing file is `NotFound`, named `path`).
+async fn on_local_files<T: Send + 'static>(path: String, work: impl FnOnce() -> std::io::Result<T> + Send + 'static) -> Result<T, object_store::Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => object_store::Error::NotFound { path, source: Box::new(e) },
+            _ => object_store::Error::Generic { store: "local", source: Box::new(e) },
+        })
 }
 
 /// An upload of one staging object: one `put` when it stays under a part, else a multipart
