@@ -69,6 +69,12 @@ async function wholeRange(page: Page) {
 
 const status = (page: Page) => page.getByTestId('status');
 
+/// Clicks Export and waits until the export the form describes (a quick range) is ready.
+async function exportUntilReady(page: Page) {
+  await page.getByTestId('export').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+}
+
 async function settle(page: Page) {
   await expect(status(page)).toHaveAttribute('data-state', TERMINAL, { timeout: 90_000 });
 }
@@ -441,8 +447,7 @@ test('over plain HTTP on a LAN address, where crypto.randomUUID does not exist, 
   const t0 = Date.now();
   await signIn(page);
   expect(await page.evaluate(() => typeof (crypto as unknown as { randomUUID?: unknown }).randomUUID)).toBe('undefined');
-  await page.getByTestId('export').click();
-  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  await exportUntilReady(page);
   const made = await exportsSince(t0);
   expect(made).toHaveLength(1);
   const [row] = await query<{ idempotency_key: string }>('SELECT idempotency_key FROM exports WHERE id = $1', [made[0].id]);
@@ -474,8 +479,7 @@ test('a running export whose total is not counted yet shows a progress bar that 
 test('an export whose file has expired is listed as expired, with no download', async ({ page }) => {
   const t0 = Date.now();
   await signIn(page);
-  await page.getByTestId('export').click();
-  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  await exportUntilReady(page);
   const [op] = await exportsSince(t0);
   // What the janitor records when the file's retention ends.
   await query('UPDATE exports SET artifact_expired = true WHERE id = $1', [op.id]);
@@ -488,8 +492,7 @@ test('an export whose file has expired is listed as expired, with no download', 
 
 test('signing out clears the list, notice and field errors of the user before, and the next user sees only their own', async ({ page }) => {
   await signIn(page);
-  await page.getByTestId('export').click();
-  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  await exportUntilReady(page);
   const rows = page.getByTestId('recent-row');
   await expect(rows.first()).toBeVisible();
   const bobsOp = await rows.first().getAttribute('data-op');
@@ -516,8 +519,7 @@ test('a viewer sees its past exports with Export disabled, says why, and offers 
   exportd(['user', 'set-role', VIC, 'analyst']);
   try {
     await signIn(page, VIC);
-    await page.getByTestId('export').click();
-    await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+    await exportUntilReady(page);
   } finally {
     exportd(['user', 'set-role', VIC, 'viewer']);
   }
@@ -534,8 +536,7 @@ test('a viewer sees its past exports with Export disabled, says why, and offers 
 test('a Download answered 410 because the file expired turns the export into expired, with no Download left', async ({ page }) => {
   const t0 = Date.now();
   await signIn(page);
-  await page.getByTestId('export').click();
-  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  await exportUntilReady(page);
   const [op] = await exportsSince(t0);
   // The janitor ends the file's retention while the page still shows it ready (its transition
   // moves updated_at, as every transition does).
@@ -555,8 +556,7 @@ test('the recent list shows the days the user chose, in the timezone of the expo
     await page.locator('input[name=from]').fill('2026-01-01');
     await page.locator('input[name=to]').fill('2026-01-31');
     await page.locator('input[name=timezone]').fill(timezone);
-    await page.getByTestId('export').click();
-    await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+    await exportUntilReady(page);
   }
   const made = await exportsSince(t0);
   expect(made).toHaveLength(3);
