@@ -8,7 +8,7 @@ use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::procs::{everything, free_port, wait_healthy, Api, Prepared, Proc};
+use support::procs::{everything, Api, Prepared};
 use support::Backend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -20,24 +20,10 @@ fn rss_kib(pid: u32) -> u64 {
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
 }
 
-/// `exportd serve` with its own worker, on a free port.
-async fn serve(p: &Prepared, env: &[(&str, &str)]) -> (Proc, String) {
-    let port = free_port();
-    let mut cmd = p.command();
-    cmd.args(["serve", "--bind", &format!("127.0.0.1:{port}")]);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let proc = Proc::spawn(cmd, "serve");
-    let base = format!("http://127.0.0.1:{port}");
-    wait_healthy(&base).await;
-    (proc, base)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_hundred_logins_at_once_keep_memory_bounded_health_quick_and_the_workers_lease() {
     let p = Prepared::new(Backend::Sqlite, 2_000).await;
-    let (server, base) = serve(&p, &[("FAILPOINTS", "mid_stream=sleep(6000)")]).await;
+    let (server, base) = p.serve_with(&[("FAILPOINTS", "mid_stream=sleep(6000)")]).await;
     let pid = server.child.id().unwrap();
     let api = Api::new(&base, &p.token);
     // An export holds its lease through the flood.

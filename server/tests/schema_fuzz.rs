@@ -11,7 +11,7 @@
 mod support;
 
 use std::time::Duration;
-use support::procs::{free_port, Prepared, Proc};
+use support::procs::Prepared;
 use support::Backend;
 
 /// The schemathesis command line the setup installs (`scripts/setup.sh --test`).
@@ -27,12 +27,7 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
     let st = schemathesis();
     assert!(st.exists(), "schemathesis is installed by scripts/setup.sh --test at {}", st.display());
     let p = Prepared::new(Backend::Postgres, 100).await;
-    let port = free_port();
-    let mut cmd = p.command();
-    cmd.args(["serve", "--bind", &format!("127.0.0.1:{port}")]);
-    let mut server = Proc::spawn(cmd, "serve");
-    let base = format!("http://127.0.0.1:{port}");
-    support::procs::wait_healthy(&base).await;
+    let (mut server, base) = p.serve_with(&[]).await;
 
     // schemathesis keeps its cache (`.schemathesis/`) in its working folder: not the clone's.
     let scratch = tempfile::tempdir().unwrap();

@@ -80,13 +80,23 @@ impl Prepared {
 
     /// [`Prepared::api`] with extra environment (e.g. an S3 store).
     pub async fn api_with(&self, env: &[(&str, &str)]) -> (Proc, String) {
+        self.spawn_serve(&["--no-worker"], "api", env).await
+    }
+
+    /// `exportd serve` with its own worker (the embedded way) on a free port, with extra
+    /// environment; answers once it is healthy, with its base URL.
+    pub async fn serve_with(&self, env: &[(&str, &str)]) -> (Proc, String) {
+        self.spawn_serve(&[], "serve", env).await
+    }
+
+    async fn spawn_serve(&self, flags: &[&str], label: &str, env: &[(&str, &str)]) -> (Proc, String) {
         let port = free_port();
         let mut cmd = self.command();
-        cmd.args(["serve", "--no-worker", "--bind", &format!("127.0.0.1:{port}")]);
+        cmd.arg("serve").args(flags).args(["--bind", &format!("127.0.0.1:{port}")]);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let proc = Proc::spawn(cmd, "api");
+        let proc = Proc::spawn(cmd, label);
         let base = format!("http://127.0.0.1:{port}");
         wait_healthy(&base).await;
         (proc, base)
