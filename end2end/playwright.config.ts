@@ -24,6 +24,12 @@ export default defineConfig({
       ],
     },
   },
+  // Every test runs twice: in English, and in Arabic (right-to-left), the language a browser
+  // asking for `ar` first is served.
+  projects: [
+    { name: 'en', use: { locale: 'en-US' } },
+    { name: 'ar', use: { locale: 'ar' } },
+  ],
   webServer: {
     command: 'bash ./start-server.sh',
     url: `http://127.0.0.1:${port}/healthz`,

@@ -1,20 +1,26 @@
 //! The browser side of an export (SPEC §7): one key per intent, stored before the first send and
 //! reused on every retry; the operation id stored as soon as it is known; polling until the
-//! operation settles; resuming after a reload, after signing in, or from another tab. Every write
-//! of the stored intent goes through `intent::store_if_owned`/`remove_if_owned`, so a drive that
-//! was superseded while it awaited changes nothing.
+//! operation settles; resuming after a reload, after signing in, or from another tab.
+//!
+//! Every read-decide-write of the stored intent runs holding the slot's Web Lock (`lock_slot`),
+//! and a tab that made an intent holds a driving lock while it drives it
+//! (`another_tab_drives`), so two tabs never both decide there is no intent; a drive's writes
+//! also go through
+//! `intent::store_if_owned`/`remove_if_owned`, so a drive that was superseded while it awaited
+//! changes nothing. Tries are bounded: after `GIVE_UP_MS` of no answer, or at once on an answer
+//! that trying again would not change, the page stops and offers "Try again" (the same intent and
+//! key) and "Discard" (forget it; a new click makes a new key).
 
 use crate::intent::{self, Drive, Drives, Intent, IntentStorage};
 use crate::model::{ExportRequest, ExportState, ExportView, LoginRequest, Problem, SessionView, TimeRange};
-use crate::page::{preset_of, PageSignals, SessionState};
+use crate::page::{preset_of, Notice, PageSignals, SessionState, Trouble};
 use crate::sfn;
 use futures::future::{select, Either};
-use gloo_net::http::{Request, Response};
-use gloo_storage::{LocalStorage, Storage};
 use gloo_timers::future::TimeoutFuture;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use std::collections::BTreeMap;
+use wasm_bindgen::{closure::Closure, JsCast, JsValue};
 
 thread_local! {
     static DRIVES: Drives = Drives::default();
@@ -24,12 +30,20 @@ thread_local! {
 /// localStorage as the intent store.
 struct Local;
 
+fn local_storage() -> Option<web_sys::Storage> {
+    web_sys::window()?.local_storage().ok()?
+}
+
 impl IntentStorage for Local {
     fn load(&self, slot: &str) -> Option<Intent> {
-        LocalStorage::get::<Intent>(slot).ok()
+        let text = local_storage()?.get_item(slot).ok()??;
+        serde_json::from_slice(text.as_bytes()).ok()
     }
     fn store(&self, slot: &str, intent: &Intent) -> bool {
-        let stored = LocalStorage::set(slot, intent).is_ok();
+        let stored = match (local_storage(), serde_json::to_string(intent)) {
+            (Some(storage), Ok(text)) => storage.set_item(slot, &text).is_ok(),
+            _ => false,
+        };
         // Tell the other tabs at once; the storage event follows too.
         if stored {
             CHANNEL.with(|c| c.as_ref().map(|c| c.post_message(&slot.into())));
@@ -37,20 +51,122 @@ impl IntentStorage for Local {
         stored
     }
     fn remove(&self, slot: &str) {
-        LocalStorage::delete(slot);
+        if let Some(storage) = local_storage() {
+            let _ = storage.remove_item(slot);
+        }
         CHANNEL.with(|c| c.as_ref().map(|c| c.post_message(&slot.into())));
     }
 }
+
+/// How long a tab waits for another tab to let the intent's lock go (a frozen tab holds it)
+/// before it goes on without it.
+const LOCK_WAIT_MS: u32 = 5_000;
+
+/// A held Web Lock; dropping it lets the lock go.
+struct HeldLock {
+    release: js_sys::Function,
+    /// Whether it is one of this tab's driving locks (counted in `OWN_DRIVING`).
+    driving: bool,
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        if self.driving {
+            OWN_DRIVING.with(|n| n.set(n.get().saturating_sub(1)));
+        }
+        let _ = self.release.call0(&JsValue::UNDEFINED);
+    }
+}
+
+thread_local! {
+    /// How many driving locks this tab holds (its own drives of intents it made).
+    static OWN_DRIVING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// The browser's `navigator.locks`, where there is one: a page over plain HTTP on a LAN address
+/// is not a secure context and has none.
+fn lock_manager() -> Option<JsValue> {
+    let window = web_sys::window()?;
+    js_sys::Reflect::get(&window.navigator(), &"locks".into()).ok().filter(|l| l.is_object())
+}
+
+/// Takes this browser's Web Lock on `slot`, held until the `HeldLock` is dropped, so that a
+/// read-decide-write of the stored intent is one step across tabs: a tab that clicks while
+/// another is between reading and writing waits, then reads what the other wrote. `None` where
+/// there is no lock manager, or when another tab holds it for longer than `LOCK_WAIT_MS`.
+async fn lock_slot(slot: &str) -> Option<HeldLock> {
+    take_lock(&format!("{slot}.lock"), "exclusive").await
+}
+
+/// The name of the lock a tab holds (shared) while it drives an intent it made.
+fn driving_lock(slot: &str) -> String {
+    format!("{slot}.driving")
+}
+
+/// Whether another tab of this browser drives an intent it made for `slot` (it holds the driving
+/// lock; this tab's own drives, which may still be winding down, are not counted).
+/// Asked under the slot's lock: the lock manager is one authority for every tab, while the
+/// localStorage each tab reads is its own copy, updated a moment after another tab writes. So a
+/// tab that takes the slot's lock right after another tab stored a new intent may not see that
+/// intent yet, but sees that tab's driving lock.
+async fn another_tab_drives(slot: &str) -> bool {
+    let Some(locks) = lock_manager() else { return false };
+    let Some(query) = js_sys::Reflect::get(&locks, &"query".into()).ok().and_then(|q| q.dyn_into::<js_sys::Function>().ok()) else { return false };
+    let Some(promise) = query.call0(&locks).ok().and_then(|p| p.dyn_into::<js_sys::Promise>().ok()) else { return false };
+    let Ok(snapshot) = wasm_bindgen_futures::JsFuture::from(promise).await else { return false };
+    let name = JsValue::from_str(&driving_lock(slot));
+    let held = js_sys::Reflect::get(&snapshot, &"held".into())
+        .ok()
+        .map(|held| js_sys::Array::from(&held).iter().filter(|lock| js_sys::Reflect::get(lock, &"name".into()).is_ok_and(|n| n == name)).count())
+        .unwrap_or(0);
+    held > OWN_DRIVING.with(|n| n.get()) as usize
+}
+
+/// Takes this tab's driving lock of `slot` (shared: every tab may hold one).
+async fn take_driving_lock(slot: &str) -> Option<HeldLock> {
+    let mut lock = take_lock(&driving_lock(slot), "shared").await?;
+    lock.driving = true;
+    OWN_DRIVING.with(|n| n.set(n.get() + 1));
+    Some(lock)
+}
+
+/// Takes the Web Lock `name` in `mode` (`exclusive` or `shared`), waiting at most `LOCK_WAIT_MS`.
+async fn take_lock(name: &str, mode: &str) -> Option<HeldLock> {
+    let locks = lock_manager()?;
+    let request: js_sys::Function = js_sys::Reflect::get(&locks, &"request".into()).ok()?.dyn_into().ok()?;
+    // The lock is held until the promise its callback returns settles, that is until the
+    // `HeldLock` is dropped; dropped before the grant (a timeout), it lets a late grant go at once.
+    let mut release = None;
+    let held = js_sys::Promise::new(&mut |resolve, _| release = Some(resolve));
+    let release = HeldLock { release: release?, driving: false };
+    let mut grant = None;
+    let granted = js_sys::Promise::new(&mut |resolve, _| grant = Some(resolve));
+    let grant = grant?;
+    let on_grant = Closure::once_into_js(move |_lock: JsValue| -> JsValue {
+        let _ = grant.call0(&JsValue::UNDEFINED);
+        held.into()
+    });
+    let options = js_sys::Object::new();
+    js_sys::Reflect::set(&options, &"mode".into(), &mode.into()).ok()?;
+    request.call3(&locks, &JsValue::from_str(name), &options, &on_grant).ok()?;
+    match select(wasm_bindgen_futures::JsFuture::from(granted), TimeoutFuture::new(LOCK_WAIT_MS)).await {
+        Either::Left(_) => Some(release),
+        Either::Right(_) => None,
+    }
+}
+
 
 fn is_current(d: Drive) -> bool {
     DRIVES.with(|drives| drives.is_current(d))
 }
 
-fn store_if_owned(d: Drive, slot: &str, intent: &Intent) -> bool {
+async fn store_if_owned(d: Drive, slot: &str, intent: &Intent) -> bool {
+    let _held = lock_slot(slot).await;
     DRIVES.with(|drives| intent::store_if_owned(&Local, drives, d, slot, intent))
 }
 
-fn remove_if_owned(d: Drive, slot: &str, intent: &Intent) -> bool {
+async fn remove_if_owned(d: Drive, slot: &str, intent: &Intent) -> bool {
+    let _held = lock_slot(slot).await;
     DRIVES.with(|drives| intent::remove_if_owned(&Local, drives, d, slot, intent))
 }
 
@@ -58,6 +174,9 @@ fn remove_if_owned(d: Drive, slot: &str, intent: &Intent) -> bool {
 const CALL_TIMEOUT_MS: u32 = 15_000;
 const MAX_BACKOFF_MS: f64 = 10_000.0;
 const POLL_MS: u32 = 1_000;
+/// How long a drive keeps trying when nothing answers (no answer, a timeout, a 5xx, a 429) before
+/// it stops and lets the user choose "Try again" or "Discard".
+const GIVE_UP_MS: f64 = 30_000.0;
 
 /// The wait before try `n` (from 0): exponential from 300 ms up to 10 s, with full jitter so many
 /// tabs that lost the server together do not come back together.
@@ -67,17 +186,48 @@ fn backoff_ms(n: u32) -> u32 {
 }
 
 /// Runs a server function call, or a network problem when it takes longer than the timeout.
-async fn timed<T>(call: impl std::future::Future<Output = Result<T, Problem>>) -> Result<T, Problem> {
-    let call = Box::pin(call);
+async fn timed<T>(call: impl std::future::Future<Output = Result<T, Problem>> + 'static) -> Result<T, Problem> {
+    // Boxed as a trait object, so the wasm has one timeout per answer type, not one per call.
+    let call: std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Problem>>>> = Box::pin(call);
     match select(call, TimeoutFuture::new(CALL_TIMEOUT_MS)).await {
         Either::Left((result, _)) => result,
         Either::Right(_) => Err(Problem::new(sfn::NETWORK, 0, "The server did not answer in time")),
     }
 }
 
-/// Whether a failed call may be sent again unchanged: no answer, a timeout, or a 5xx.
+/// Whether a failed call may be sent again unchanged: no answer, a timeout, a 5xx, or "too
+/// many" (429), which a later try may pass.
 fn is_transient(p: &Problem) -> bool {
-    p.code == sfn::NETWORK || p.status == 0 || p.status >= 500
+    p.code == sfn::NETWORK || p.status == 0 || p.status >= 500 || p.status == 429 || p.status == 408
+}
+
+/// The tries of one drive's calls: each failure waits longer, and failures that go on for longer
+/// than `GIVE_UP_MS` end the drive.
+struct Tries {
+    n: u32,
+    failing_since: Option<f64>,
+}
+
+impl Tries {
+    fn new() -> Tries {
+        Tries { n: 0, failing_since: None }
+    }
+
+    /// An answer came: the next failure starts counting afresh.
+    fn answered(&mut self) {
+        *self = Tries::new();
+    }
+
+    /// Waits before the next try of a transient failure; false when it is time to stop.
+    async fn wait(&mut self) -> bool {
+        let since = *self.failing_since.get_or_insert_with(now_ms);
+        if now_ms() - since >= GIVE_UP_MS {
+            return false;
+        }
+        TimeoutFuture::new(backoff_ms(self.n)).await;
+        self.n += 1;
+        true
+    }
 }
 
 /// A fresh idempotency key: a random (version 4) UUID from `crypto.getRandomValues`, which every
@@ -100,7 +250,8 @@ fn new_key() -> String {
 fn uuid_v4(mut b: [u8; 16]) -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let hex: String = b.iter().flat_map(|x| [DIGITS[usize::from(x >> 4)] as char, DIGITS[usize::from(x & 15)] as char]).collect();
     format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
 }
 
@@ -121,11 +272,47 @@ fn slot(s: PageSignals) -> Option<String> {
     }
 }
 
-async fn problem_title(resp: Response) -> String {
-    match resp.json::<Problem>().await {
-        Ok(p) => p.detail.map(|d| format!("{}: {d}", p.title)).unwrap_or(p.title),
-        Err(_) => format!("The server answered {}.", resp.status()),
+/// An answer of the REST API: its status and body.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
     }
+
+    /// The body as JSON. Every JSON the page reads, the server functions' answers and
+    /// localStorage's intent included, is read from bytes (`serde_json::from_slice`): one
+    /// reader, so the wasm carries each type's decoder once, not once per kind of input.
+    fn json<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_slice(&self.body).ok()
+    }
+
+    /// The problem a refused answer carries.
+    fn problem(&self) -> Problem {
+        self.json().unwrap_or_else(|| Problem::new("bad-response", self.status, &format!("The server answered {}.", self.status)))
+    }
+}
+
+/// Calls the server (the REST API's `/api/session`, and `create_export`) with the page's cookie,
+/// through the browser's `fetch`;
+/// `Err` when no answer came.
+async fn call_api(method: &str, path: &str, json: Option<String>) -> Result<Answer, JsValue> {
+    use wasm_bindgen_futures::JsFuture;
+    let window = web_sys::window().ok_or(JsValue::NULL)?;
+    let init = web_sys::RequestInit::new();
+    init.set_method(method);
+    if let Some(json) = json {
+        let headers = web_sys::Headers::new()?;
+        headers.set("content-type", "application/json")?;
+        init.set_headers(&headers);
+        init.set_body(&json.into());
+    }
+    let resp: web_sys::Response = JsFuture::from(window.fetch_with_str_and_init(path, &init)).await?.dyn_into()?;
+    let body = JsFuture::from(resp.array_buffer()?).await?;
+    Ok(Answer { status: resp.status(), body: js_sys::Uint8Array::new(&body).to_vec() })
 }
 
 /// Remembers the page's language for the server's next render: leptos_i18n's cookie, written
@@ -176,13 +363,13 @@ fn follow_stored(s: PageSignals, slot: &str) {
     if DRIVEN_KEY.with(|k| k.borrow().as_deref() == Some(stored.key.as_str())) {
         return;
     }
-    spawn_local(drive(s, slot.to_owned(), stored));
+    spawn_local(drive(s, slot.to_owned(), stored, None));
 }
 
 async fn refresh_session(s: PageSignals) {
-    match Request::get("/api/session").send().await {
-        Ok(resp) if resp.ok() => match resp.json::<SessionView>().await {
-            Ok(who) => {
+    match call_api("GET", "/api/session", None).await {
+        Ok(resp) if resp.ok() => match resp.json::<SessionView>() {
+            Some(who) => {
                 let slot = intent::slot_of(&who.tenant, &who.email);
                 let stored = Local.load(&slot);
                 // The form appears already showing that an operation is being looked up, so
@@ -193,14 +380,14 @@ async fn refresh_session(s: PageSignals) {
                 s.session.set(SessionState::SignedIn(who));
                 load_recent(s, false);
                 if let Some(stored) = stored {
-                    drive(s, slot, stored).await;
+                    drive(s, slot, stored, None).await;
                 }
             }
-            Err(_) => s.session.set(SessionState::SignedOut),
+            None => s.session.set(SessionState::SignedOut),
         },
         Ok(_) => s.session.set(SessionState::SignedOut),
         Err(_) => {
-            s.notice.set(Some("exportd cannot be reached; reload to try again.".to_owned()));
+            s.notice.set(Some(Notice::Unreachable));
             s.session.set(SessionState::SignedOut);
         }
     }
@@ -210,17 +397,14 @@ async fn refresh_session(s: PageSignals) {
 pub fn login(s: PageSignals, email: String, password: String) {
     spawn_local(async move {
         let body = LoginRequest { email, password };
-        let sent = match Request::post("/api/session").json(&body) {
-            Ok(req) => req.send().await,
-            Err(_) => return,
-        };
-        match sent {
+        let Ok(json) = serde_json::to_string(&body) else { return };
+        match call_api("POST", "/api/session", Some(json)).await {
             Ok(resp) if resp.ok() => {
                 s.notice.set(None);
                 refresh_session(s).await;
             }
-            Ok(resp) => s.notice.set(Some(problem_title(resp).await)),
-            Err(_) => s.notice.set(Some("exportd cannot be reached; try again.".to_owned())),
+            Ok(resp) => s.notice.set(Some(Notice::Refused(resp.problem()))),
+            Err(_) => s.notice.set(Some(Notice::UnreachableLogin)),
         }
     });
 }
@@ -228,7 +412,7 @@ pub fn login(s: PageSignals, email: String, password: String) {
 /// Signs out; the stored intent stays, so signing in again resumes it.
 pub fn logout(s: PageSignals) {
     spawn_local(async move {
-        let _ = Request::delete("/api/session").send().await;
+        let _ = call_api("DELETE", "/api/session", None).await;
         DRIVES.with(|d| d.stop_all());
         // Nothing of this user stays on screen for the next one: the state, the list, the
         // notice and the form's errors.
@@ -237,6 +421,7 @@ pub fn logout(s: PageSignals) {
         s.rows_per_sec.set(None);
         s.retry_in.set(None);
         s.notice.set(None);
+        s.trouble.set(None);
         s.form.errors.set(Vec::new());
         s.recent.set(Vec::new());
         s.next_cursor.set(None);
@@ -249,7 +434,8 @@ fn number(text: &str) -> Option<serde_json::Value> {
     if text.is_empty() {
         return None;
     }
-    Some(text.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(serde_json::Value::Number).unwrap_or_else(|| text.into()))
+    // serde_json's own number reader: `str::parse::<f64>` would bring a second one into the wasm.
+    Some(serde_json::from_slice::<serde_json::Number>(text.as_bytes()).map(serde_json::Value::Number).unwrap_or_else(|_| text.into()))
 }
 
 /// The request the form describes.
@@ -271,7 +457,7 @@ fn request_of_form(s: PageSignals) -> ExportRequest {
     }
     let mut filters = BTreeMap::new();
     let countries: Vec<serde_json::Value> =
-        f.countries.get_untracked().split(',').map(|c| c.trim().to_uppercase()).filter(|c| !c.is_empty()).map(Into::into).collect();
+        f.countries.get_untracked().split(',').map(|c| c.trim().to_ascii_uppercase()).filter(|c| !c.is_empty()).map(Into::into).collect();
     if !countries.is_empty() {
         filters.insert("country".to_owned(), countries.into());
     }
@@ -291,45 +477,139 @@ fn request_of_form(s: PageSignals) -> ExportRequest {
     request
 }
 
-/// Starts a new intent for `request`: stored before the first send, then driven.
-fn start_intent(s: PageSignals, slot: String, request: ExportRequest) {
+/// What a click decided, under the slot's lock.
+enum Decision {
+    /// An unsettled intent is stored (this tab's or another's): follow it, start nothing.
+    Follow(Intent),
+    /// Another tab drives an intent this tab cannot see yet: wait for it to show.
+    Wait,
+    /// A new intent was stored: send it.
+    Start(Intent),
+    /// The browser refused to store a new intent: nothing is sent.
+    CannotStore,
+}
+
+/// The request of a new intent: the form's, or a failed intent's again (as the same JSON text).
+enum NewRequest {
+    Form(ExportRequest),
+    Again(Box<serde_json::value::RawValue>),
+}
+
+/// The read-decide-write of a click: follows the stored intent while it is unsettled, or stores a
+/// new one for `request` (a new key). Run under the slot's lock, so two tabs clicking at once
+/// make one intent.
+fn decide(slot: &str, request: NewRequest, another_tab_drives: bool) -> Decision {
+    if let Some(stored) = Local.load(slot).filter(|i| !i.settled) {
+        return Decision::Follow(stored);
+    }
+    if another_tab_drives {
+        return Decision::Wait;
+    }
+    let intent = match request {
+        NewRequest::Form(request) => Intent::new(new_key(), &request),
+        NewRequest::Again(request) => Some(Intent { key: new_key(), request, id: None, settled: false }),
+    };
+    match intent {
+        Some(intent) if Local.store(slot, &intent) => Decision::Start(intent),
+        _ => Decision::CannotStore,
+    }
+}
+
+/// Shows the click at once (`submitting`), then decides under the lock and drives what it decided.
+fn click(s: PageSignals, slot: String, request: NewRequest) {
     s.state.set(ExportState::Submitting);
     s.notice.set(None);
+    s.trouble.set(None);
     s.form.errors.set(Vec::new());
-    s.op_id.set(None);
-    let intent = Intent::new(new_key(), request);
-    if !Local.store(&slot, &intent) {
-        s.notice.set(Some("This browser cannot store the export; it was not sent.".to_owned()));
-        s.state.set(ExportState::Idle);
-        return;
-    }
-    spawn_local(drive(s, slot, intent));
+    spawn_local(async move {
+        let held = lock_slot(&slot).await;
+        let others = another_tab_drives(&slot).await;
+        let decision = decide(&slot, request, others);
+        // The driving lock is taken before the slot's lock goes, so a tab that takes the slot's
+        // lock next sees it.
+        let driving = match decision {
+            Decision::Start(_) => take_driving_lock(&slot).await,
+            _ => None,
+        };
+        drop(held);
+        match decision {
+            Decision::Follow(stored) => {
+                if stored.id.is_some() {
+                    s.state.set(ExportState::Resuming);
+                }
+                drive(s, slot, stored, None).await
+            }
+            Decision::Wait => {
+                // The other tab's intent shows here within moments (the storage event or its
+                // message starts a drive, which supersedes this one); if it does not, the user
+                // chooses.
+                let d = DRIVES.with(|drives| drives.start());
+                TimeoutFuture::new(LOCK_WAIT_MS).await;
+                if is_current(d) {
+                    s.trouble.set(Some(Trouble::Unanswered));
+                }
+            }
+            Decision::Start(intent) => {
+                s.op_id.set(None);
+                drive(s, slot, intent, driving).await
+            }
+            Decision::CannotStore => {
+                s.notice.set(Some(Notice::CannotStore));
+                s.state.set(ExportState::Idle);
+            }
+        }
+    });
 }
 
 /// The Export click. The state turns `submitting` on the click itself; a click while an
 /// operation is unsettled, in this tab or in another (the stored intent), starts nothing new.
 pub fn export(s: PageSignals) {
     let Some(slot) = slot(s) else { return };
-    if !s.state.get_untracked().is_settled() {
+    if !s.state.get_untracked().is_settled() || s.trouble.get_untracked().is_some() {
         return;
     }
-    if let Some(stored) = Local.load(&slot).filter(|i| !i.settled) {
-        s.state.set(if stored.id.is_some() { ExportState::Resuming } else { ExportState::Submitting });
-        spawn_local(drive(s, slot, stored));
-        return;
-    }
-    start_intent(s, slot, request_of_form(s));
+    click(s, slot, NewRequest::Form(request_of_form(s)));
 }
 
 /// "Retry export": a new intent (a new key) for the same request, only after a terminal failure
-/// that allows it.
+/// that allows it; when another tab has already started one, this tab follows that one instead.
 pub fn retry(s: PageSignals) {
     let Some(slot) = slot(s) else { return };
     if !s.state.get_untracked().offers_retry() {
         return;
     }
-    let request = Local.load(&slot).map(|i| i.request).unwrap_or_else(|| request_of_form(s));
-    start_intent(s, slot, request);
+    let request = Local.load(&slot).map_or_else(|| NewRequest::Form(request_of_form(s)), |i| NewRequest::Again(i.request));
+    click(s, slot, request);
+}
+
+/// "Try again" after a trouble: the stored intent, with its key, is driven again.
+pub fn try_again(s: PageSignals) {
+    let Some(slot) = slot(s) else { return };
+    s.trouble.set(None);
+    match Local.load(&slot).filter(|i| !i.settled) {
+        Some(stored) => spawn_local(drive(s, slot, stored, None)),
+        None => s.state.set(ExportState::Idle),
+    }
+}
+
+/// "Discard" after a trouble: the page stops following the intent and forgets it, so the next
+/// click makes a new intent with a new key; the discarded key is never sent again for another
+/// request. An operation it had started stays in the recent list.
+pub fn discard(s: PageSignals) {
+    let Some(slot) = slot(s) else { return };
+    let key = DRIVEN_KEY.with(|k| k.borrow_mut().take());
+    DRIVES.with(|d| d.stop_all());
+    s.trouble.set(None);
+    s.op_id.set(None);
+    s.state.set(ExportState::Idle);
+    spawn_local(async move {
+        let held = lock_slot(&slot).await;
+        if Local.load(&slot).is_some_and(|i| Some(&i.key) == key.as_ref()) {
+            Local.remove(&slot);
+        }
+        drop(held);
+        load_recent(s, false);
+    });
 }
 
 /// Shows `view` as the current operation, if `d` is still the current drive.
@@ -342,7 +622,7 @@ fn show(s: PageSignals, d: Drive, view: &ExportView) {
         let (at, rows) = (now_ms(), rows_written);
         let rate = RATE.with(|r| {
             let prev = r.replace(Some((view.id.clone(), at, rows)));
-            prev.filter(|(id, t, _)| *id == view.id && at > *t).map(|(_, t, before)| (rows - before).max(0) as f64 / ((at - t) / 1000.0))
+            prev.filter(|(id, t, _)| *id == view.id && at > *t).map(|(_, t, before)| ((rows - before).max(0) as f64 / ((at - t) / 1000.0)).round() as i64)
         });
         if rate.is_some() {
             s.rows_per_sec.set(rate);
@@ -360,9 +640,13 @@ thread_local! {
     static DRIVEN_KEY: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
-async fn drive(s: PageSignals, slot: String, mut intent: Intent) {
+/// Sends the intent if it has no operation yet, then follows the operation until it settles or
+/// the drive stops. `_driving` is the driving lock of an intent this tab made, held until the
+/// drive ends.
+async fn drive(s: PageSignals, slot: String, mut intent: Intent, _driving: Option<HeldLock>) {
     let d = DRIVES.with(|drives| drives.start());
     DRIVEN_KEY.with(|k| *k.borrow_mut() = Some(intent.key.clone()));
+    s.trouble.set(None);
     let id = match intent.id.clone() {
         Some(id) => {
             if !intent.settled {
@@ -376,100 +660,138 @@ async fn drive(s: PageSignals, slot: String, mut intent: Intent) {
                 Ok(view) => {
                     intent.id = Some(view.id.clone());
                     intent.settled = view.status.is_terminal();
-                    store_if_owned(d, &slot, &intent);
+                    store_if_owned(d, &slot, &intent).await;
                     show(s, d, &view);
                     view.id
                 }
-                Err(Stop::Superseded) => return,
-                Err(Stop::SignedOut) => return signed_out(s, d),
-                Err(Stop::Rejected(p)) => {
-                    if !is_current(d) {
-                        return;
-                    }
-                    remove_if_owned(d, &slot, &intent);
-                    if p.code == "invalid-request" {
-                        s.form.errors.set(p.errors.clone().unwrap_or_default());
-                    }
-                    s.notice.set(Some(p.detail.clone().map(|d| format!("{}: {d}", p.title)).unwrap_or(p.title)));
-                    s.state.set(ExportState::Idle);
-                    return;
-                }
+                Err(stop) => return stopped(s, d, &slot, &intent, stop).await,
             }
         }
     };
-    poll(s, &slot, intent, &id, d).await;
+    if let Err(stop) = poll(s, &slot, &mut intent, &id, d).await {
+        stopped(s, d, &slot, &intent, stop).await;
+    }
 }
 
-/// Why sending or polling stopped.
+/// Why sending or polling stopped before the operation settled.
 enum Stop {
-    /// A final answer that is not the operation.
+    /// A final answer to the create that is not the operation: the request was refused.
     Rejected(Problem),
+    /// The operation is not this user's (another account's, or planted).
+    NotFound,
     /// The session is gone.
     SignedOut,
     /// Another drive took over.
     Superseded,
+    /// Nothing answered for longer than the page keeps trying, or an answer that trying again
+    /// would not change: the user chooses.
+    Trouble(Trouble),
 }
 
-fn signed_out(s: PageSignals, d: Drive) {
-    if is_current(d) {
-        s.notice.set(Some("Your session has ended. Sign in to continue; your export is kept.".to_owned()));
-        s.state.set(ExportState::Idle);
-        s.session.set(SessionState::SignedOut);
+/// Shows why drive `d` stopped, if it is still the current one.
+async fn stopped(s: PageSignals, d: Drive, slot: &str, intent: &Intent, stop: Stop) {
+    if !is_current(d) {
+        return;
+    }
+    match stop {
+        Stop::Superseded => {}
+        Stop::SignedOut => {
+            s.notice.set(Some(Notice::SessionEnded));
+            s.state.set(ExportState::Idle);
+            s.session.set(SessionState::SignedOut);
+        }
+        Stop::NotFound => {
+            // Show nothing of it.
+            remove_if_owned(d, slot, intent).await;
+            s.op_id.set(None);
+            s.state.set(ExportState::Idle);
+        }
+        Stop::Rejected(p) => {
+            remove_if_owned(d, slot, intent).await;
+            if p.code == "invalid-request" {
+                s.form.errors.set(p.errors.clone().unwrap_or_default());
+            }
+            s.notice.set(Some(Notice::Refused(p)));
+            s.state.set(ExportState::Idle);
+        }
+        // The stored intent stays as it is: "Try again" (or a reload) drives it again with its key.
+        Stop::Trouble(t) => s.trouble.set(Some(t)),
     }
 }
 
-/// Sends the intent until the server answers; a lost answer, a timeout or a 5xx is tried again
-/// with the same key, after a growing, jittered wait.
+/// Sends the intent until the server answers; a lost answer, a timeout, a 5xx or a 429 is tried
+/// again with the same key, after a growing, jittered wait, for at most `GIVE_UP_MS`.
 async fn submit(intent: &Intent, d: Drive) -> Result<ExportView, Stop> {
-    let mut tries = 0;
+    let mut tries = Tries::new();
     loop {
         if !is_current(d) {
             return Err(Stop::Superseded);
         }
-        match timed(sfn::create_export(intent.key.clone(), intent.request.clone())).await {
+        match timed(create(intent.clone())).await {
             Ok(view) => return Ok(view),
             Err(p) if p.code == "unauthenticated" => return Err(Stop::SignedOut),
             Err(p) if !is_transient(&p) => return Err(Stop::Rejected(p)),
             Err(_) => {}
         }
-        TimeoutFuture::new(backoff_ms(tries)).await;
-        tries += 1;
+        if !tries.wait().await {
+            return Err(Stop::Trouble(Trouble::Unanswered));
+        }
     }
 }
 
-async fn poll(s: PageSignals, slot: &str, mut intent: Intent, id: &str, d: Drive) {
-    let mut tries = 0;
+/// The path of the `create_export` server function.
+const CREATE_EXPORT: &str = "/sfn/create_export";
+
+/// Sends the intent to the page's `create_export` server function with its request's stored JSON
+/// text as it is, so the page never decodes a request (the server function's own client would
+/// take a typed `ExportRequest`).
+async fn create(intent: Intent) -> Result<ExportView, Problem> {
+    #[derive(serde::Serialize)]
+    struct Args<'a> {
+        key: &'a str,
+        request: &'a serde_json::value::RawValue,
+    }
+    let body = serde_json::to_string(&Args { key: &intent.key, request: &intent.request })
+        .map_err(|_| Problem::new("malformed-json", 400, "The request could not be written"))?;
+    match call_api("POST", CREATE_EXPORT, Some(body)).await {
+        Ok(answer) if answer.ok() => answer.json().ok_or_else(|| Problem::new("bad-response", 502, "The server's answer could not be read")),
+        Ok(answer) => Err(answer.problem()),
+        Err(_) => Err(Problem::new(sfn::NETWORK, 0, "The server could not be reached")),
+    }
+}
+
+/// Follows operation `id` until it settles, marking the stored intent settled then.
+async fn poll(s: PageSignals, slot: &str, intent: &mut Intent, id: &str, d: Drive) -> Result<(), Stop> {
+    let mut tries = Tries::new();
     while is_current(d) {
         match timed(sfn::export_status(id.to_owned())).await {
             Ok(view) => {
-                tries = 0;
-                show(s, d, &view);
+                tries.answered();
                 if view.status.is_terminal() {
+                    // Settled in storage before it is shown settled: a click the moment Export
+                    // is enabled must find no unsettled intent to drive again.
                     if !intent.settled {
                         intent.settled = true;
-                        store_if_owned(d, slot, &intent);
+                        store_if_owned(d, slot, intent).await;
                     }
+                    show(s, d, &view);
                     load_recent(s, false);
-                    return;
+                    return Ok(());
                 }
+                show(s, d, &view);
                 TimeoutFuture::new(POLL_MS).await;
             }
-            Err(p) if p.code == "unauthenticated" => return signed_out(s, d),
-            Err(p) if p.code == "export-not-found" => {
-                // Not this user's (another account's, or planted): show nothing of it.
-                if is_current(d) {
-                    remove_if_owned(d, slot, &intent);
-                    s.op_id.set(None);
-                    s.state.set(ExportState::Idle);
-                }
-                return;
-            }
+            Err(p) if p.code == "unauthenticated" => return Err(Stop::SignedOut),
+            Err(p) if p.code == "export-not-found" => return Err(Stop::NotFound),
+            Err(p) if !is_transient(&p) => return Err(Stop::Trouble(Trouble::Refused(p))),
             Err(_) => {
-                TimeoutFuture::new(backoff_ms(tries)).await;
-                tries += 1;
+                if !tries.wait().await {
+                    return Err(Stop::Trouble(Trouble::Unanswered));
+                }
             }
         }
     }
+    Err(Stop::Superseded)
 }
 
 /// Cancels the current operation; its drive keeps polling until it settles.
@@ -480,7 +802,7 @@ pub fn cancel(s: PageSignals) {
             Ok(view) => view,
             Err(p) => match p.export {
                 Some(view) => *view,
-                None => return s.notice.set(Some(p.title)),
+                None => return s.notice.set(Some(Notice::Refused(p))),
             },
         };
         if s.op_id.get_untracked().as_deref() != Some(view.id.as_str()) {
@@ -489,15 +811,16 @@ pub fn cancel(s: PageSignals) {
         // A cancel answered as ended settles the stored intent before the page shows it ended,
         // so the next Export click starts a new operation instead of driving this one again.
         if view.status.is_terminal() {
-            settle_stored(s, &view.id);
+            settle_stored(s, &view.id).await;
         }
         s.state.set(ExportState::from_view(&view));
     });
 }
 
 /// Marks the stored intent of operation `id` settled, if it is the one stored.
-fn settle_stored(s: PageSignals, id: &str) {
+async fn settle_stored(s: PageSignals, id: &str) {
     let Some(slot) = slot(s) else { return };
+    let _held = lock_slot(&slot).await;
     if let Some(mut stored) = Local.load(&slot).filter(|i| i.id.as_deref() == Some(id) && !i.settled) {
         stored.settled = true;
         Local.store(&slot, &stored);
@@ -522,24 +845,62 @@ pub fn download(s: PageSignals, id: String, part: Option<i32>) {
                 if s.op_id.get_untracked().as_deref() == Some(id_of_link.as_str()) {
                     s.state.set(ExportState::Expired);
                 }
-                s.notice.set(Some(p.title));
+                s.notice.set(Some(Notice::DownloadRefused(p)));
                 load_recent(s, false);
             }
-            Err(p) => s.notice.set(Some(p.title)),
+            // Refused (the role no longer allows it): say so, and learn the role again, so that
+            // a user who may no longer download is offered no Download button.
+            Err(p) if p.status == 403 => {
+                s.notice.set(Some(Notice::DownloadRefused(p)));
+                if let Ok(resp) = call_api("GET", "/api/session", None).await {
+                    if resp.status == 401 {
+                        s.session.set(SessionState::SignedOut);
+                    } else if let Some(who) = resp.json::<SessionView>().filter(|_| resp.ok()) {
+                        s.session.set(SessionState::SignedIn(who));
+                    }
+                }
+            }
+            Err(p) => s.notice.set(Some(Notice::DownloadRefused(p))),
         }
     });
 }
 
-/// Loads the first page of recent exports, or appends the next one.
+thread_local! {
+    /// How many refreshes of the recent list have started: a load's answer is dropped when a
+    /// refresh started after it.
+    static LIST_LOAD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Whether a "More" load is under way: a second click (a double click) waits for it.
+    static MORE_IN_FLIGHT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Loads the first page of recent exports, or appends the next one. A refresh supersedes a "More"
+/// under way, a "More" while another is under way does nothing, and an appended page never
+/// repeats an export already listed.
 pub fn load_recent(s: PageSignals, more: bool) {
     let cursor = if more { s.next_cursor.get_untracked() } else { None };
-    if more && cursor.is_none() {
+    if more && (cursor.is_none() || MORE_IN_FLIGHT.with(|m| m.replace(true))) {
         return;
     }
+    let load = LIST_LOAD.with(|l| {
+        if !more {
+            l.set(l.get().wrapping_add(1));
+        }
+        l.get()
+    });
     spawn_local(async move {
-        if let Ok(page) = timed(sfn::list_exports(cursor)).await {
+        let answer = timed(sfn::list_exports(cursor)).await;
+        if more {
+            MORE_IN_FLIGHT.with(|m| m.set(false));
+        }
+        if LIST_LOAD.with(|l| l.get()) != load {
+            return;
+        }
+        if let Ok(page) = answer {
             if more {
-                s.recent.update(|items| items.extend(page.items));
+                s.recent.update(|items| {
+                    let fresh: Vec<ExportView> = page.items.into_iter().filter(|v| !items.iter().any(|i| i.id == v.id)).collect();
+                    items.extend(fresh);
+                });
             } else {
                 s.recent.set(page.items);
             }

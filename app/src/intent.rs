@@ -6,15 +6,17 @@
 
 use crate::model::ExportRequest;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::cell::Cell;
 
 /// One export intent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Intent {
     /// The idempotency key, a random v4 UUID from `crypto.getRandomValues` made when the user asked.
     pub key: String,
-    /// The request exactly as sent on every try.
-    pub request: ExportRequest,
+    /// The request as the JSON text sent on every try, byte for byte. The page never reads it
+    /// back into an `ExportRequest`, so the wasm carries no decoder of one.
+    pub request: Box<RawValue>,
     /// The operation's id, once the server has told it.
     #[serde(default)]
     pub id: Option<String>,
@@ -24,9 +26,17 @@ pub struct Intent {
 }
 
 impl Intent {
-    /// A new intent for `request` under `key`, not sent yet.
-    pub fn new(key: String, request: ExportRequest) -> Intent {
-        Intent { key, request, id: None, settled: false }
+    /// A new intent for `request` under `key`, not sent yet; `None` if the request cannot be
+    /// written as JSON (a filter that is not a finite number, say).
+    pub fn new(key: String, request: &ExportRequest) -> Option<Intent> {
+        let request = serde_json::value::to_raw_value(request).ok()?;
+        Some(Intent { key, request, id: None, settled: false })
+    }
+}
+
+impl PartialEq for Intent {
+    fn eq(&self, other: &Intent) -> bool {
+        self.key == other.key && self.request.get() == other.request.get() && self.id == other.id && self.settled == other.settled
     }
 }
 
@@ -120,7 +130,7 @@ mod tests {
     }
 
     fn intent(key: &str) -> Intent {
-        Intent::new(key.to_owned(), ExportRequest::new("orders"))
+        Intent::new(key.to_owned(), &ExportRequest::new("orders")).expect("a default request is JSON")
     }
 
     #[test]

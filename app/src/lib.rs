@@ -13,8 +13,9 @@ include!(concat!(env!("OUT_DIR"), "/i18n/mod.rs"));
 
 use leptos::prelude::*;
 
-/// The HTML document around the app, rendered by the server.
-pub fn shell(options: LeptosOptions) -> impl IntoView {
+/// The HTML document around the app, rendered by the server; `stylesheet` is the path of the
+/// build's stylesheet (named by its hash when the build hashed its files).
+pub fn shell(options: LeptosOptions, stylesheet: std::sync::Arc<str>) -> impl IntoView {
     view! {
         <!DOCTYPE html>
         <html>
@@ -22,7 +23,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" href="data:,"/>
-                <link rel="stylesheet" id="leptos" href="/pkg/exportd.css"/>
+                <link rel="stylesheet" id="leptos" href=stylesheet.to_string()/>
                 <title>"exportd"</title>
                 <AutoReload options=options.clone()/>
                 <HydrationScripts options/>

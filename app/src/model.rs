@@ -184,6 +184,13 @@ pub struct ExportRequest {
 }
 
 impl ExportRequest {
+    /// What the browser puts in an operation's `request`, which it never reads (the stored
+    /// intent keeps the request the page sent).
+    #[cfg(feature = "hydrate")]
+    fn not_read() -> ExportRequest {
+        ExportRequest::new("")
+    }
+
     /// A request for `report` with every default.
     pub fn new(report: &str) -> ExportRequest {
         ExportRequest {
@@ -211,8 +218,10 @@ pub struct ResolvedContract {
     /// The timezone the range was resolved in.
     pub timezone: String,
     /// The columns of the file, in order.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub columns: Vec<String>,
     /// The deployment whose worker and store serve this export.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub deployment: String,
 }
 
@@ -245,6 +254,7 @@ pub struct ArtifactView {
     /// Data rows (the header not counted).
     pub rows: i64,
     /// When retention removes the file, RFC 3339 UTC.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub expires_at: String,
     /// Whether retention has removed it already.
     pub expired: bool,
@@ -265,12 +275,16 @@ pub struct PartView {
     /// Size in bytes (compressed, with gzip).
     pub bytes: i64,
     /// Hex SHA-256 of its bytes.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub sha256: String,
     /// Its first row's key (`order_id`, `customer_id`); null for a part with no rows.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub first_key: Option<i64>,
     /// Its last row's key.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub last_key: Option<i64>,
     /// When its snapshot was taken, RFC 3339 UTC.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub read_at: String,
 }
 
@@ -299,6 +313,9 @@ pub struct ErrorView {
 }
 
 /// An export operation as the API shows it (SPEC §3.2).
+///
+/// The browser build (`hydrate`) skips, unread, the fields the page never shows (the request, the
+/// links, the parts' keys and digests, …): the wasm then carries no decoder for them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ExportView {
@@ -307,10 +324,13 @@ pub struct ExportView {
     /// The stored state.
     pub status: ExportStatus,
     /// Where to poll.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub status_url: String,
     /// The report's name.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub report: String,
     /// The request with defaults filled in.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing, default = "ExportRequest::not_read"))]
     pub request: ExportRequest,
     /// What acceptance resolved.
     pub resolved: ResolvedContract,
@@ -325,12 +345,14 @@ pub struct ExportView {
     /// While it runs: when its attempt last made progress (rows, bytes uploaded, digest read,
     /// copy); null otherwise.
     #[serde(default)]
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub last_progress_at: Option<String>,
     /// Rows written and counted.
     pub progress: Progress,
     /// The file, once ready.
     pub artifact: Option<ArtifactView>,
     /// A fresh link, when ready and the reader may download.
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub download: Option<DownloadView>,
     /// Why it failed.
     pub error: Option<ErrorView>,
@@ -374,6 +396,7 @@ pub struct LoginRequest {
 pub struct Problem {
     /// `https://exportd.dev/problems/<code>`.
     #[serde(rename = "type")]
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub problem_type: String,
     /// The stable code.
     pub code: String,
@@ -389,9 +412,11 @@ pub struct Problem {
     pub errors: Option<Vec<ProblemField>>,
     /// The operation a reused key is bound to (`idempotency-key-reused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub operation_ref: Option<String>,
     /// The reference of an internal error in the server's log (`internal`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub support_ref: Option<String>,
     /// The export a 409 `export-already-finished` is about, as it is now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -399,6 +424,7 @@ pub struct Problem {
     /// Seconds to wait before asking again (`too-many-exports`, `rate-limited`); the same as the
     /// `Retry-After` header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub retry_after: Option<u64>,
 }
 

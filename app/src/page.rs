@@ -5,7 +5,7 @@
 //! server renders the same "loading" first state the browser starts from, so hydration matches.
 
 use crate::i18n::*;
-use crate::model::{ExportState, ExportStatus, ExportView, PartView, Preset, ProblemField, SessionView};
+use crate::model::{ExportState, ExportStatus, ExportView, PartView, Preset, Problem, ProblemField, SessionView};
 use leptos::prelude::*;
 
 /// The page's translations.
@@ -29,6 +29,35 @@ impl SessionState {
     pub fn may_export(&self) -> bool {
         matches!(self, SessionState::SignedIn(who) if who.role != "viewer")
     }
+}
+
+/// A message for the user, kept as what happened and put in the page's language when shown.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub enum Notice {
+    /// exportd did not answer the page's first call.
+    Unreachable,
+    /// exportd did not answer a sign-in.
+    UnreachableLogin,
+    /// The session ended while an export was followed.
+    SessionEnded,
+    /// The browser refused to store the intent, so nothing was sent.
+    CannotStore,
+    /// A download link was refused with this problem.
+    DownloadRefused(Problem),
+    /// The server refused a call with this problem.
+    Refused(Problem),
+}
+
+/// Why the page stopped following the current intent before its operation settled; shown with
+/// "Try again" (the same intent, the same key) and "Discard" (forget it).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub enum Trouble {
+    /// No answer, a timeout or a 5xx, for longer than the page keeps trying.
+    Unanswered,
+    /// An answer that asking again would not change.
+    Refused(Problem),
 }
 
 /// The export form's fields, as typed.
@@ -72,11 +101,13 @@ pub struct PageSignals {
     /// The current operation's id, once known.
     pub op_id: RwSignal<Option<String>>,
     /// Rows written per second while running, from the last two polls.
-    pub rows_per_sec: RwSignal<Option<f64>>,
+    pub rows_per_sec: RwSignal<Option<i64>>,
     /// Seconds until a `retry_wait` export runs again.
     pub retry_in: RwSignal<Option<i64>>,
     /// A message for the user (login failure, rejected request, refused download).
-    pub notice: RwSignal<Option<String>>,
+    pub notice: RwSignal<Option<Notice>>,
+    /// Why the current intent is no longer being tried, until the user chooses.
+    pub trouble: RwSignal<Option<Trouble>>,
     /// The form.
     pub form: FormSignals,
     /// The recent exports shown, newest first.
@@ -108,6 +139,53 @@ fn failure_reason(i18n: I18n, code: &str, message: &str) -> String {
         "invalid_data" => t_string!(i18n, failure_invalid_data).to_string(),
         "internal" => t_string!(i18n, failure_internal).to_string(),
         _ => message.to_owned(),
+    }
+}
+
+/// A server problem's title in the page's language, by its code; an unknown code keeps the
+/// server's own words.
+pub fn problem_text(i18n: I18n, p: &Problem) -> String {
+    let text = match p.code.as_str() {
+        "network" => t_string!(i18n, problem_network),
+        "bad-response" => t_string!(i18n, problem_bad_response),
+        "unauthenticated" => t_string!(i18n, problem_unauthenticated),
+        "invalid-credentials" => t_string!(i18n, problem_invalid_credentials),
+        "cross-origin" => t_string!(i18n, problem_cross_origin),
+        "export-not-permitted" => t_string!(i18n, problem_export_not_permitted),
+        "permission-revoked" => t_string!(i18n, problem_permission_revoked),
+        "export-not-found" => t_string!(i18n, problem_export_not_found),
+        "export-already-finished" => t_string!(i18n, problem_export_already_finished),
+        "export-not-ready" => t_string!(i18n, problem_export_not_ready),
+        "artifact-expired" => t_string!(i18n, problem_artifact_expired),
+        "invalid-request" => t_string!(i18n, problem_invalid_request),
+        "idempotency-key-reused" => t_string!(i18n, problem_idempotency_key_reused),
+        "too-many-exports" => t_string!(i18n, problem_too_many_exports),
+        "rate-limited" => t_string!(i18n, problem_rate_limited),
+        "busy" | "not-ready" => t_string!(i18n, problem_busy),
+        "creation-paused" => t_string!(i18n, problem_creation_paused),
+        "internal" => t_string!(i18n, problem_internal),
+        _ => return p.detail.as_ref().map(|d| format!("{}: {d}", p.title)).unwrap_or_else(|| p.title.clone()),
+    };
+    text.to_string()
+}
+
+/// A notice in the page's language.
+fn notice_text(i18n: I18n, notice: &Notice) -> String {
+    match notice {
+        Notice::Unreachable => t_string!(i18n, notice_unreachable).to_string(),
+        Notice::UnreachableLogin => t_string!(i18n, notice_unreachable_login).to_string(),
+        Notice::SessionEnded => t_string!(i18n, notice_session_ended).to_string(),
+        Notice::CannotStore => t_string!(i18n, notice_cannot_store).to_string(),
+        Notice::DownloadRefused(p) => t_string!(i18n, notice_download_refused, reason = problem_text(i18n, p)).to_string(),
+        Notice::Refused(p) => problem_text(i18n, p),
+    }
+}
+
+/// A trouble in the page's language.
+fn trouble_text(i18n: I18n, trouble: &Trouble) -> String {
+    match trouble {
+        Trouble::Unanswered => t_string!(i18n, trouble_unanswered).to_string(),
+        Trouble::Refused(p) => t_string!(i18n, trouble_refused, reason = problem_text(i18n, p)).to_string(),
     }
 }
 
@@ -168,17 +246,26 @@ fn language_tag(i18n: I18n) -> &'static str {
 /// A whole number grouped for the page's language, by the browser's
 /// `Intl.NumberFormat`; the server never renders a number (it renders the loading state).
 pub fn number(i18n: I18n, n: i64) -> String {
+    decimal(i18n, n as f64, 0)
+}
+
+/// A number with at most `fraction` decimals, in the page's language.
+fn decimal(i18n: I18n, n: f64, fraction: u8) -> String {
     #[cfg(feature = "hydrate")]
     {
         let locales = js_sys::Array::of1(&language_tag(i18n).into());
-        let format = js_sys::Intl::NumberFormat::new(&locales, &js_sys::Object::new());
-        if let Some(text) = format.format().call1(&format, &(n as f64).into()).ok().and_then(|v| v.as_string()) {
+        let options = js_sys::Object::new();
+        let _ = js_sys::Reflect::set(&options, &"maximumFractionDigits".into(), &fraction.into());
+        let format = js_sys::Intl::NumberFormat::new(&locales, &options);
+        if let Some(text) = format.format().call1(&format, &n.into()).ok().and_then(|v| v.as_string()) {
             return text;
         }
     }
     #[cfg(not(feature = "hydrate"))]
-    let _ = i18n;
-    n.to_string()
+    let _ = (i18n, fraction);
+    // Whole numbers only: formatting a float would bring Rust's float printing into the wasm
+    // for a case that does not happen (every browser has Intl).
+    (n.round() as i64).to_string()
 }
 
 /// An RFC 3339 instant as a local date and time in the page's language, by the browser's
@@ -230,12 +317,16 @@ pub fn range_days(resolved: &crate::model::ResolvedContract) -> String {
     format!("{} – {}", resolved.from.get(..10).unwrap_or(""), resolved.to.get(..10).unwrap_or(""))
 }
 
-/// A byte count for people.
-pub fn human_bytes(bytes: i64) -> String {
-    match bytes {
-        b if b < 1024 => format!("{b} B"),
-        b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+/// A byte count for people, in the page's language (its digits and its units).
+pub fn human_bytes(i18n: I18n, bytes: i64) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if b < KIB {
+        t_string!(i18n, bytes_b, n = number(i18n, bytes)).to_string()
+    } else if b < KIB * KIB {
+        t_string!(i18n, bytes_kib, n = decimal(i18n, b / KIB, 1)).to_string()
+    } else {
+        t_string!(i18n, bytes_mib, n = decimal(i18n, b / (KIB * KIB), 1)).to_string()
     }
 }
 
@@ -256,7 +347,7 @@ pub fn describe(i18n: I18n, state: &ExportState, retry_in: Option<i64>) -> Strin
         },
         ExportState::CancelRequested => t_string!(i18n, state_cancel_requested).to_string(),
         ExportState::Cancelled => t_string!(i18n, state_cancelled).to_string(),
-        ExportState::Ready { rows, bytes, .. } => t_string!(i18n, state_ready, rows = number(i18n, *rows), size = human_bytes(*bytes)).to_string(),
+        ExportState::Ready { rows, bytes, .. } => t_string!(i18n, state_ready, rows = number(i18n, *rows), size = human_bytes(i18n, *bytes)).to_string(),
         ExportState::Expired => t_string!(i18n, state_expired).to_string(),
         ExportState::Failed { code, message, retryable, .. } => {
             let reason = failure_reason(i18n, code, message);
@@ -319,6 +410,7 @@ pub fn ExportPage() -> impl IntoView {
         rows_per_sec: RwSignal::new(None),
         retry_in: RwSignal::new(None),
         notice: RwSignal::new(None),
+        trouble: RwSignal::new(None),
         form,
         recent: RwSignal::new(Vec::new()),
         next_cursor: RwSignal::new(None),
@@ -360,6 +452,14 @@ pub fn ExportPage() -> impl IntoView {
         #[cfg(feature = "hydrate")]
         crate::client::retry(s);
     };
+    let on_try_again = move |_| {
+        #[cfg(feature = "hydrate")]
+        crate::client::try_again(s);
+    };
+    let on_discard = move |_| {
+        #[cfg(feature = "hydrate")]
+        crate::client::discard(s);
+    };
     let on_more = move |_| {
         #[cfg(feature = "hydrate")]
         crate::client::load_recent(s, true);
@@ -368,18 +468,18 @@ pub fn ExportPage() -> impl IntoView {
     let login_form = move || {
         view! {
             <form class="card" on:submit=on_login data-testid="login-form">
-                <h2>{t!(i18n, sign_in)}</h2>
-                <label>{t!(i18n, email)}
+                <h2>{move || t_string!(i18n, sign_in)}</h2>
+                <label>{move || t_string!(i18n, email)}
                     <input type="email" name="email" autocomplete="username" required=true
                         prop:value=move || email.get()
                         on:input=move |ev| email.set(event_target_value(&ev))/>
                 </label>
-                <label>{t!(i18n, password)}
+                <label>{move || t_string!(i18n, password)}
                     <input type="password" name="password" autocomplete="current-password" required=true
                         prop:value=move || password.get()
                         on:input=move |ev| password.set(event_target_value(&ev))/>
                 </label>
-                <button type="submit" data-testid="sign-in">{t!(i18n, sign_in)}</button>
+                <button type="submit" data-testid="sign-in">{move || t_string!(i18n, sign_in)}</button>
             </form>
         }
     };
@@ -393,49 +493,49 @@ pub fn ExportPage() -> impl IntoView {
         };
         view! {
             <form class="card export-form" on:submit=on_export data-testid="export-form" novalidate=true>
-                <h2>{t!(i18n, export_heading)}</h2>
+                <h2>{move || t_string!(i18n, export_heading)}</h2>
                 <ul class="field-errors" data-testid="form-errors">{general_errors}</ul>
                 <div class="row">
-                    <label>{t!(i18n, report)}
+                    <label>{move || t_string!(i18n, report)}
                         <select name="report" prop:value=move || f.report.get()
                             on:change=move |ev| f.report.set(event_target_value(&ev))>
-                            <option value="orders">{t!(i18n, report_orders)}</option>
-                            <option value="customers">{t!(i18n, report_customers)}</option>
+                            <option value="orders">{move || t_string!(i18n, report_orders)}</option>
+                            <option value="customers">{move || t_string!(i18n, report_customers)}</option>
                         </select>
                         {field_error(f.errors, "/report", "report")}
                     </label>
-                    <label>{t!(i18n, range)}
+                    <label>{move || t_string!(i18n, range)}
                         <select name="range" prop:value=move || f.range.get()
                             on:change=move |ev| f.range.set(event_target_value(&ev))>
                             {RANGES.iter().map(|value| view! { <option value=*value>{move || range_label(i18n, value)}</option> }).collect_view()}
                         </select>
                     </label>
                 </div>
-                <Show when=move || f.range.get() == "custom">
+                {move || (f.range.get() == "custom").then(|| view! {
                     <div class="row">
-                        <label>{t!(i18n, from)}
+                        <label>{move || t_string!(i18n, from)}
                             <input type="date" name="from" prop:value=move || f.from.get()
                                 aria-describedby="error-from"
                                 on:input=move |ev| f.from.set(event_target_value(&ev))/>
                             {field_error(f.errors, "/time_range/from", "from")}
                         </label>
-                        <label>{t!(i18n, to)}
+                        <label>{move || t_string!(i18n, to)}
                             <input type="date" name="to" prop:value=move || f.to.get()
                                 aria-describedby="error-to"
                                 on:input=move |ev| f.to.set(event_target_value(&ev))/>
                             {field_error(f.errors, "/time_range/to", "to")}
                         </label>
                     </div>
-                </Show>
-                <label>{t!(i18n, timezone)}
+                })}
+                <label>{move || t_string!(i18n, timezone)}
                     <input type="text" name="timezone" prop:value=move || f.timezone.get()
                         aria-describedby="error-timezone"
                         on:input=move |ev| f.timezone.set(event_target_value(&ev))/>
                     {field_error(f.errors, "/timezone", "timezone")}
                 </label>
                 <fieldset class="filters">
-                    <legend>{t!(i18n, filters)}</legend>
-                    <Show when=move || f.report.get() == "orders">
+                    <legend>{move || t_string!(i18n, filters)}</legend>
+                    {move || (f.report.get() == "orders").then(|| view! {
                         <div class="statuses" role="group" aria-label=move || t_string!(i18n, status_filter).to_string()>
                             {ORDER_STATUSES.iter().map(|st| {
                                 let st = *st;
@@ -453,61 +553,60 @@ pub fn ExportPage() -> impl IntoView {
                             }).collect_view()}
                             {field_error(f.errors, "/filters/status", "status")}
                         </div>
-                    </Show>
-                    <label>{t!(i18n, countries)}
+                    })}
+                    <label>{move || t_string!(i18n, countries)}
                         <input type="text" name="country" prop:value=move || f.countries.get()
                             on:input=move |ev| f.countries.set(event_target_value(&ev))/>
                         {field_error(f.errors, "/filters/country", "country")}
                     </label>
-                    <Show when=move || f.report.get() == "orders">
+                    {move || (f.report.get() == "orders").then(|| view! {
                         <div class="row">
-                            <label>{t!(i18n, min_total)}
+                            <label>{move || t_string!(i18n, min_total)}
                                 <input type="number" name="min_total" step="0.01" prop:value=move || f.min_total.get()
                                     on:input=move |ev| f.min_total.set(event_target_value(&ev))/>
                                 {field_error(f.errors, "/filters/min_total", "min_total")}
                             </label>
-                            <label>{t!(i18n, max_total)}
+                            <label>{move || t_string!(i18n, max_total)}
                                 <input type="number" name="max_total" step="0.01" prop:value=move || f.max_total.get()
                                     on:input=move |ev| f.max_total.set(event_target_value(&ev))/>
                                 {field_error(f.errors, "/filters/max_total", "max_total")}
                             </label>
                         </div>
-                    </Show>
+                    })}
                 </fieldset>
                 <div class="options">
                 <label class="check">
                     <input type="checkbox" name="bom" prop:checked=move || f.bom.get()
                         on:change=move |ev| f.bom.set(event_target_checked(&ev))/>
-                    {t!(i18n, bom)}
+                    {move || t_string!(i18n, bom)}
                 </label>
                 <label class="check">
                     <input type="checkbox" name="consistency" value="checkpointed" prop:checked=move || f.checkpointed.get()
                         on:change=move |ev| f.checkpointed.set(event_target_checked(&ev))/>
-                    {t!(i18n, checkpointed)}
+                    {move || t_string!(i18n, checkpointed)}
                 </label>
                 <label class="check">
                     <input type="checkbox" name="compression" value="gzip" prop:checked=move || f.gzip.get()
                         on:change=move |ev| f.gzip.set(event_target_checked(&ev))/>
-                    {t!(i18n, gzip)}
+                    {move || t_string!(i18n, gzip)}
                 </label>
                 </div>
-                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled() || !s.session.get().may_export()>{t!(i18n, export)}</button>
+                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled() || !s.session.get().may_export()>{move || t_string!(i18n, export)}</button>
                 {move || (matches!(s.session.get(), SessionState::SignedIn(_)) && !s.session.get().may_export())
-                    .then(|| view! { <p class="note" data-testid="viewer-note">{t!(i18n, viewer_note)}</p> })}
+                    .then(|| view! { <p class="note" data-testid="viewer-note">{move || t_string!(i18n, viewer_note)}</p> })}
             </form>
         }
     };
 
-    // A memo: the region's text is set again only when the sentence changes.
-    let announced = Memo::new(move |_| announcement(i18n, &s.state.get()));
     let status_view = move || {
         let state = s.state;
         view! {
             <section class="card" aria-labelledby="status-heading">
-                <h2 id="status-heading">{t!(i18n, current_export)}</h2>
+                <h2 id="status-heading">{move || t_string!(i18n, current_export)}</h2>
                 // The live region announces changes of state only; the status itself (its rows,
-                // countdown and size) is read when the user goes to it.
-                <p class="announce" role="status" aria-live="polite" data-testid="announce">{move || announced.get()}</p>
+                // countdown and size) is read when the user goes to it. A text node is written
+                // only when its text changes, so a poll that changes numbers alone says nothing.
+                <p class="announce" role="status" aria-live="polite" data-testid="announce">{move || announcement(i18n, &s.state.get())}</p>
                 <div class="status" data-testid="status" data-state=move || state.get().name()
                     data-op=move || s.op_id.get().unwrap_or_default()>
                     {move || describe(i18n, &state.get(), s.retry_in.get())}
@@ -518,7 +617,7 @@ pub fn ExportPage() -> impl IntoView {
                             // Without a total the bar has no value: indeterminate, not full.
                             <progress data-testid="progress" max=rows_total.map(|t| t.max(1)) value=rows_total.map(|_| rows_written)
                                 aria-label=move || t_string!(i18n, rows_written_label).to_string()></progress>
-                            <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| t_string!(i18n, rows_per_sec, rate = number(i18n, r.round() as i64)).to_string()).unwrap_or_default()}</span>
+                            <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| t_string!(i18n, rows_per_sec, rate = number(i18n, r)).to_string()).unwrap_or_default()}</span>
                             {parts_done.map(|done| view! {
                                 <span data-testid="parts-progress" data-done=done data-expected=parts_expected.unwrap_or_default()>{move || match parts_expected {
                                     Some(expected) => t_string!(i18n, parts_progress_total, done = number(i18n, done), expected = number(i18n, expected)).to_string(),
@@ -529,27 +628,36 @@ pub fn ExportPage() -> impl IntoView {
                     }.into_any()),
                     ExportState::Ready { sha256, parts, .. } => Some({
                         let may = s.session.get().may_export();
+                        let one_file = parts.is_empty();
                         view! {
-                            <p class="digest">"SHA-256 " <code data-testid="sha256">{sha256}</code></p>
+                            <p class="digest">{move || t_string!(i18n, digest)} " " <code data-testid="sha256">{sha256}</code></p>
                             {may.then(|| view! {
                                 <button type="button" data-testid="download" on:click=on_download>
-                                    {if parts.is_empty() { t!(i18n, download).into_any() } else { t!(i18n, download_bundle).into_any() }}
+                                    {move || if one_file { t_string!(i18n, download) } else { t_string!(i18n, download_bundle) }}
                                 </button>
                             })}
                             {(may && !parts.is_empty()).then(|| parts_view(i18n, s, parts))}
                         }
                     }.into_any()),
                     ExportState::Failed { code, support_ref, retryable, .. } => Some(view! {
-                        <p class="reason">{t!(i18n, reason)} " " <code data-testid="failure-code">{code}</code>
-                            {support_ref.map(|r| view! { " · " {t!(i18n, support_ref)} " " <code data-testid="support-ref">{r}</code> })}
+                        <p class="reason">{move || t_string!(i18n, reason)} " " <code data-testid="failure-code">{code}</code>
+                            {support_ref.map(|r| view! { " · " {move || t_string!(i18n, support_ref)} " " <code data-testid="support-ref">{r}</code> })}
                         </p>
-                        {retryable.then(|| view! { <button type="button" data-testid="retry" on:click=on_retry>{t!(i18n, retry)}</button> })}
+                        {retryable.then(|| view! { <button type="button" data-testid="retry" on:click=on_retry>{move || t_string!(i18n, retry)}</button> })}
                     }.into_any()),
                     _ => None,
                 }}
-                <Show when=move || state.get().is_cancellable()>
-                    <button type="button" class="secondary" data-testid="cancel" on:click=on_cancel>{t!(i18n, cancel)}</button>
-                </Show>
+                {move || s.trouble.get().map(|t| view! {
+                    <div class="trouble" role="alert" data-testid="trouble">
+                        <p>{trouble_text(i18n, &t)}</p>
+                        <button type="button" data-testid="try-again" on:click=on_try_again>{move || t_string!(i18n, try_again)}</button>
+                        " "
+                        <button type="button" class="secondary" data-testid="discard" on:click=on_discard>{move || t_string!(i18n, discard)}</button>
+                    </div>
+                })}
+                {move || (state.get().is_cancellable()).then(|| view! {
+                    <button type="button" class="secondary" data-testid="cancel" on:click=on_cancel>{move || t_string!(i18n, cancel)}</button>
+                })}
             </section>
         }
     };
@@ -557,18 +665,18 @@ pub fn ExportPage() -> impl IntoView {
     let recent_view = move || {
         view! {
             <section class="card" aria-labelledby="recent-heading">
-                <h2 id="recent-heading">{t!(i18n, recent)}</h2>
+                <h2 id="recent-heading">{move || t_string!(i18n, recent)}</h2>
                 <table class="recent" data-testid="recent">
-                    <thead><tr><th>{t!(i18n, col_status)}</th><th>{t!(i18n, col_range)}</th><th>{t!(i18n, col_rows)}</th><th>{t!(i18n, col_created)}</th><th></th></tr></thead>
+                    <thead><tr><th>{move || t_string!(i18n, col_status)}</th><th>{move || t_string!(i18n, col_range)}</th><th>{move || t_string!(i18n, col_rows)}</th><th>{move || t_string!(i18n, col_created)}</th><th></th></tr></thead>
                     <tbody>
-                        <For each=move || s.recent.get() key=|v| (v.id.clone(), v.updated_at.clone()) let:v>
-                            {recent_row(i18n, s, v)}
-                        </For>
+                        // Rebuilt whole when the list changes (after an export settles, on More):
+                        // a keyed list's diffing would cost more wasm than it saves here.
+                        {move || s.recent.get().into_iter().map(|v| recent_row(i18n, s, v)).collect_view()}
                     </tbody>
                 </table>
-                <Show when=move || s.next_cursor.get().is_some()>
-                    <button type="button" class="secondary" data-testid="more" on:click=on_more>{t!(i18n, more)}</button>
-                </Show>
+                {move || (s.next_cursor.get().is_some()).then(|| view! {
+                    <button type="button" class="secondary" data-testid="more" on:click=on_more>{move || t_string!(i18n, more)}</button>
+                })}
             </section>
         }
     };
@@ -585,7 +693,7 @@ pub fn ExportPage() -> impl IntoView {
                     #[cfg(feature = "hydrate")]
                     crate::client::remember_locale(next.as_str());
                 }>
-                {t!(i18n, language_switch)}
+                {move || t_string!(i18n, language_switch)}
             </button>
             {move || match s.session.get() {
                 SessionState::SignedIn(who) => Some(view! {
@@ -593,15 +701,15 @@ pub fn ExportPage() -> impl IntoView {
                     <p class="who">
                         <strong><bdi data-testid="who">{who.email.clone()}</bdi></strong>
                         " (" <span data-testid="role">{role_label(i18n, &who.role)}</span> ", " <bdi>{who.tenant.clone()}</bdi> ") "
-                        <button class="link" on:click=on_logout>{t!(i18n, sign_out)}</button>
+                        <button class="link" data-testid="sign-out" on:click=on_logout>{move || t_string!(i18n, sign_out)}</button>
                     </p>
                 }),
                 _ => None,
             }}
         </header>
-        {move || s.notice.get().map(|n| view! { <p class="notice" role="alert" data-testid="notice">{n}</p> })}
+        {move || s.notice.get().map(|n| view! { <p class="notice" role="alert" data-testid="notice">{notice_text(i18n, &n)}</p> })}
         {move || match s.session.get() {
-            SessionState::Unknown => view! { <p data-testid="loading">{t!(i18n, loading)}</p> }.into_any(),
+            SessionState::Unknown => view! { <p data-testid="loading">{move || t_string!(i18n, loading)}</p> }.into_any(),
             SessionState::SignedOut => login_form().into_any(),
             SessionState::SignedIn(_) => view! { {form_view()} {status_view()} {recent_view()} }.into_any(),
         }}
@@ -612,7 +720,7 @@ pub fn ExportPage() -> impl IntoView {
 fn parts_view(i18n: I18n, s: PageSignals, parts: Vec<PartView>) -> impl IntoView {
     view! {
         <details class="parts" data-testid="parts">
-            <summary>{t!(i18n, parts_heading)}</summary>
+            <summary>{move || t_string!(i18n, parts_heading)}</summary>
             <ol>
                 {parts.into_iter().map(|p| {
                     let index = p.index as i32;
@@ -629,7 +737,7 @@ fn parts_view(i18n: I18n, s: PageSignals, parts: Vec<PartView>) -> impl IntoView
                             <button type="button" class="link" data-testid="part-download" data-part=index on:click=on_click>
                                 {move || t_string!(i18n, part_download, index = number(i18n, i64::from(index))).to_string()}
                             </button>
-                            " " {move || t_string!(i18n, part_rows, rows = number(i18n, p.rows), size = human_bytes(p.bytes)).to_string()}
+                            " " {move || t_string!(i18n, part_rows, rows = number(i18n, p.rows), size = human_bytes(i18n, p.bytes)).to_string()}
                         </li>
                     }
                 }).collect_view()}
@@ -646,18 +754,19 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     let status = v.status;
     let expired = matches!(state, ExportState::Expired);
     let id = v.id.clone();
-    let action = match &state {
-        ExportState::Ready { .. } if s.session.get_untracked().may_export() => {
-            let on_click = move |_| {
-                #[cfg(feature = "hydrate")]
-                crate::client::download(s, id.clone(), None);
-                #[cfg(not(feature = "hydrate"))]
-                let _ = (&s, &id);
-            };
-            view! { <button type="button" class="link" data-testid="recent-download" on:click=on_click>{t!(i18n, recent_download)}</button> }.into_any()
-        }
-        ExportState::Failed { code, message, .. } => view! { <span class="reason">{failure_reason(i18n, code, message)}</span> }.into_any(),
-        _ => ().into_any(),
+    let may_download = matches!(state, ExportState::Ready { .. }) && s.session.get_untracked().may_export();
+    let download = may_download.then(|| {
+        let on_click = move |_| {
+            #[cfg(feature = "hydrate")]
+            crate::client::download(s, id.clone(), None);
+            #[cfg(not(feature = "hydrate"))]
+            let _ = (&s, &id);
+        };
+        view! { <button type="button" class="link" data-testid="recent-download" on:click=on_click>{move || t_string!(i18n, recent_download)}</button> }
+    });
+    let reason = match &state {
+        ExportState::Failed { code, message, .. } => Some(failure_reason(i18n, code, message)),
+        _ => None,
     };
     view! {
         <tr data-testid="recent-row" data-op=v.id.clone() data-state=state.name()>
@@ -666,7 +775,7 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
             <td>{range}</td>
             <td>{move || number(i18n, rows)}</td>
             <td>{move || date_time(i18n, &created_at)}</td>
-            <td>{action}</td>
+            <td>{download}{reason.map(|r| view! { <span class="reason">{r}</span> })}</td>
         </tr>
     }
 }

@@ -44,16 +44,30 @@ function exportd(args: string[]) {
   execFileSync(exe, args, { env: { ...process.env, DATABASE_URL: e2eDatabaseUrl() }, stdio: 'pipe' });
 }
 
+/// The language the page starts in: the project's (playwright.config.ts runs every test in
+/// English and in Arabic, by the browser's Accept-Language).
+function lang(): 'en' | 'ar' {
+  return test.info().project.name === 'ar' ? 'ar' : 'en';
+}
+
+/// The few words the tests read, in each language.
+const WORDS = {
+  en: { expired: 'expired', partsDone: (n: string) => `of ${n} parts done`, bundle: 'ZIP', analyst: 'analyst' },
+  ar: { expired: 'منتهي الصلاحية', partsDone: (n: string) => `من ${n}`, bundle: 'ZIP', analyst: 'محلل' },
+};
+const words = () => WORDS[lang()];
+
+/// Saves a screenshot named by the page's language at the start and `name`.
 function shot(page: Page, name: string) {
   mkdirSync(`${__dirname}/../screenshots`, { recursive: true });
-  return page.screenshot({ path: `${__dirname}/../screenshots/${name}.png`, fullPage: true });
+  return page.screenshot({ path: `${__dirname}/../screenshots/${lang()}-${name}.png`, fullPage: true });
 }
 
 async function signIn(page: Page, email = BOB) {
   await page.goto('/');
-  await page.getByLabel('Email').fill(email);
-  await page.getByLabel('Password').fill('export-demo');
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.locator('input[name=email]').fill(email);
+  await page.locator('input[name=password]').fill('export-demo');
+  await page.getByTestId('sign-in').click();
   await expect(page.getByTestId('who')).toHaveText(email);
 }
 
@@ -113,7 +127,7 @@ async function watchExportButton(context: BrowserContext) {
 test('1: a double click on Export makes one operation', async ({ page }) => {
   const t0 = Date.now();
   await signIn(page);
-  await shot(page, 'en-form');
+  await shot(page, 'form');
   await page.getByTestId('export').dblclick();
   await settle(page);
   await expect(status(page)).toHaveAttribute('data-state', 'ready');
@@ -123,7 +137,7 @@ test('1: a double click on Export makes one operation', async ({ page }) => {
   const intent = await page.evaluate((slot) => JSON.parse(localStorage.getItem(slot)!), SLOT);
   expect(intent.key).toMatch(/^[0-9a-f-]{36}$/);
   expect(intent.id).toBe(rows[0].id);
-  await shot(page, 'en-ready');
+  await shot(page, 'ready');
 });
 
 test('2: a create answer lost after the server committed is retried with the same key and shows the one operation', async ({ page }) => {
@@ -160,7 +174,7 @@ test('3: a reload while running resumes the same operation without a create, Exp
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
   await expect(page.getByTestId('progress')).toBeVisible();
-  await shot(page, 'en-running');
+  await shot(page, 'running');
   const [op] = await exportsSince(t0);
 
   const creates: string[] = [];
@@ -202,7 +216,7 @@ test('4: a second tab shows the same operation and starts no other while it is i
   await expect(status(second)).toHaveAttribute('data-state', /queued|running/);
   await expect(second.getByTestId('export')).toBeDisabled();
   // Submitting the form anyway (Enter in a field) starts nothing.
-  await second.getByLabel('Timezone').press('Enter');
+  await second.locator('input[name=timezone]').press('Enter');
   await second.getByTestId('export').click({ force: true });
   expect((await exportsSince(t0)).length).toBe(1);
   await page.getByTestId('cancel').click();
@@ -223,7 +237,7 @@ test('5: cancel while running ends cancelled with no download; Download twice mi
   const [cancelled] = await exportsSince(t0);
   expect(cancelled.status).toBe('cancelled');
 
-  await page.getByLabel('Range').selectOption('last_7_days');
+  await page.locator('select[name=range]').selectOption('last_7_days');
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
   const ready = (await exportsSince(t0))[1];
@@ -235,7 +249,7 @@ test('5: cancel while running ends cancelled with no download; Download twice mi
   expect(Number(minted[0].n)).toBe(2);
   expect((await exportsSince(t0)).length).toBe(2);
   await expect(page.getByTestId('recent-row').first()).toHaveAttribute('data-op', ready.id);
-  await shot(page, 'en-list');
+  await shot(page, 'list');
 });
 
 test('6: a role revoked through the CLI during an export shows the failure and its reason, and the download is refused', async ({ page }) => {
@@ -249,7 +263,7 @@ test('6: a role revoked through the CLI during an export shows the failure and i
     await expect(status(page)).toHaveAttribute('data-state', 'failed', { timeout: 60_000 });
     await expect(page.getByTestId('failure-code')).toHaveText(/revoked|not_permitted|permission/);
     await expect(page.getByTestId('download')).toHaveCount(0);
-    await shot(page, 'en-failed');
+    await shot(page, 'failed');
     const [op] = await exportsSince(t0);
     expect(op.status).toBe('failed');
     const refused = await page.request.get(`/api/exports/${op.id}/download`, { maxRedirects: 0 });
@@ -294,7 +308,7 @@ test('9: a server function refuses another origin, and its error reaches the pag
   expect((await refused.json()).code).toBe('cross-origin');
 
   const t0 = Date.now();
-  await page.getByLabel('Timezone').fill('Mars/Olympus_Mons');
+  await page.locator('input[name=timezone]').fill('Mars/Olympus_Mons');
   const [answer] = await Promise.all([
     page.waitForResponse((r) => r.url().includes('/sfn/create_export')),
     page.getByTestId('export').click(),
@@ -310,8 +324,8 @@ test('9: a server function refuses another origin, and its error reaches the pag
 test('the downloaded file of a ready export has the rows of the database', async ({ page }) => {
   const t0 = Date.now();
   await signIn(page);
-  await page.getByLabel('Report').selectOption('orders');
-  await page.getByLabel('Range').selectOption('last_7_days');
+  await page.locator('select[name=report]').selectOption('orders');
+  await page.locator('select[name=range]').selectOption('last_7_days');
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
   const [op] = await query<{ id: string; resolved: string }>('SELECT id, resolved FROM exports WHERE created_at >= $1', [t0]);
@@ -334,17 +348,23 @@ test('the downloaded file of a ready export has the rows of the database', async
 test('the page is usable on a 360 px wide screen: nothing is wider than the screen and Export can be reached', async ({ page }) => {
   await page.setViewportSize({ width: 360, height: 740 });
   await signIn(page);
-  await page.getByLabel('Range').selectOption('custom');
+  await page.locator('select[name=range]').selectOption('custom');
   const widest = await page.evaluate(() => document.documentElement.scrollWidth);
   expect(widest).toBeLessThanOrEqual(360);
   await page.getByTestId('export').scrollIntoViewIfNeeded();
   await expect(page.getByTestId('export')).toBeInViewport();
-  await shot(page, 'en-360px');
+  await shot(page, '360px');
 });
 
 test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rendered byte, shows the same states, and its file has the rows of the database', async ({ page }) => {
   const t0 = Date.now();
   await signIn(page);
+  // The English project switches; the Arabic one starts there and switches twice, to show the
+  // switch goes both ways.
+  if (lang() === 'ar') {
+    await page.getByTestId('language').click();
+    await expect(page.locator('html')).toHaveAttribute('lang', 'en');
+  }
   await page.getByTestId('language').click();
   await expect(page.locator('html')).toHaveAttribute('lang', 'ar');
   await expect(page.locator('html')).toHaveAttribute('dir', 'rtl');
@@ -355,16 +375,16 @@ test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rende
   await page.reload();
   await expect(page.getByTestId('who')).toHaveText(BOB);
   await expect(page.locator('html')).toHaveAttribute('dir', 'rtl');
-  await shot(page, 'ar-form');
+  await shot(page, 'switched-to-arabic-form');
 
   await wholeRange(page);
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
   await expect(status(page)).toContainText('قيد التشغيل');
-  await shot(page, 'ar-running');
+  await shot(page, 'switched-to-arabic-running');
   await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
   await expect(status(page)).toContainText('جاهز');
-  await shot(page, 'ar-ready');
+  await shot(page, 'switched-to-arabic-ready');
   const [op] = await query<{ id: string; resolved: string }>('SELECT id, resolved FROM exports WHERE created_at >= $1', [t0]);
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
   const rows: string[][] = parse(readFileSync((await download.path())!, 'utf8'));
@@ -382,7 +402,7 @@ test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rende
   const arabicCount = await page.evaluate((n) => new Intl.NumberFormat('ar').format(n), expected.length);
   expect(arabicCount).not.toBe(String(expected.length));
   await expect(status(page)).toContainText(arabicCount);
-  await shot(page, 'ar-list');
+  await shot(page, 'switched-to-arabic-list');
 
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
@@ -390,7 +410,7 @@ test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rende
     exportd(['user', 'set-role', BOB, 'viewer']);
     await expect(status(page)).toHaveAttribute('data-state', 'failed', { timeout: 60_000 });
     await expect(status(page)).toContainText('لم يعد مسموحًا لك');
-    await shot(page, 'ar-failed');
+    await shot(page, 'switched-to-arabic-failed');
   } finally {
     exportd(['user', 'set-role', BOB, 'analyst']);
   }
@@ -400,8 +420,8 @@ test('a large export in parts shows its parts as they are done, then offers the 
   const t0 = Date.now();
   await signIn(page);
   await wholeRange(page);
-  await page.getByLabel('Large export (resumable, in parts)').check();
-  await page.getByLabel('Compress (gzip)').check();
+  await page.locator('input[name=consistency]').check();
+  await page.locator('input[name=compression]').check();
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
   const [op] = await query<{ id: string; request: string; resolved: string }>('SELECT id, request, resolved FROM exports WHERE created_at >= $1', [t0]);
@@ -415,18 +435,18 @@ test('a large export in parts shows its parts as they are done, then offers the 
   expect(parts).toBeGreaterThan(1);
   const progress = page.getByTestId('parts-progress');
   await expect(progress).toHaveAttribute('data-expected', String(parts), { timeout: 30_000 });
-  await expect(progress).toContainText(`of ${parts} parts done`);
-  await shot(page, 'en-parts-running');
+  await expect(progress).toContainText(words().partsDone(await page.evaluate(([n, l]) => new Intl.NumberFormat(l).format(n), [parts, lang()] as const)));
+  await shot(page, 'parts-running');
 
   await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 90_000 });
-  await expect(page.getByTestId('download')).toContainText('ZIP');
+  await expect(page.getByTestId('download')).toContainText(words().bundle);
   const [bundle] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
   expect(bundle.suggestedFilename()).toBe(`orders-${op.id}.zip`);
   const zip = readFileSync((await bundle.path())!);
   expect([...zip.subarray(0, 4)]).toEqual([0x50, 0x4b, 0x03, 0x04]);
   await page.getByTestId('parts').locator('summary').click();
   await expect(page.getByTestId('part-download')).toHaveCount(parts);
-  await shot(page, 'en-parts-ready');
+  await shot(page, 'parts-ready');
   const [part] = await Promise.all([page.waitForEvent('download'), page.getByTestId('part-download').nth(1).click()]);
   expect(part.suggestedFilename()).toBe(`orders-${op.id}-part-00002.csv.gz`);
   const rows: string[][] = parse(gunzipSync(readFileSync((await part.path())!)).toString('utf8'), { relax_column_count: false });
@@ -486,7 +506,7 @@ test('an export whose file has expired is listed as expired, with no download', 
   await page.reload();
   const row = page.locator(`[data-testid=recent-row][data-op="${op.id}"]`);
   await expect(row).toHaveAttribute('data-state', 'expired');
-  await expect(row.locator('td').first()).toHaveText('expired');
+  await expect(row.locator('td').first()).toHaveText(words().expired);
   await expect(row.getByTestId('recent-download')).toHaveCount(0);
 });
 
@@ -503,8 +523,8 @@ test('signing out clears the list, notice and field errors of the user before, a
   await page.getByTestId('export').click();
   await expect(page.locator('.field-error, [data-testid=form-errors] li, [data-testid=notice]').first()).toBeVisible();
 
-  await page.getByRole('button', { name: 'Sign out' }).click();
-  await expect(page.getByLabel('Email')).toBeVisible();
+  await page.getByTestId('sign-out').click();
+  await expect(page.locator('input[name=email]')).toBeVisible();
   await expect(rows).toHaveCount(0);
   await expect(page.locator('.field-error, [data-testid=form-errors] li, [data-testid=notice]')).toHaveCount(0);
 
@@ -630,14 +650,224 @@ test('an Export click right after a cancel starts a new operation, not the cance
 
 test('the language switch is marked with its own language, the role is translated, and the address and tenant keep their direction', async ({ page }) => {
   await signIn(page);
-  await expect(page.getByTestId('language')).toHaveAttribute('lang', 'ar');
-  await expect(page.getByTestId('role')).toHaveText('analyst');
+  const [first, other] = lang() === 'en' ? (['en', 'ar'] as const) : (['ar', 'en'] as const);
+  const role = { en: 'analyst', ar: 'محلل' };
+  await expect(page.locator('html')).toHaveAttribute('lang', first);
+  await expect(page.getByTestId('language')).toHaveAttribute('lang', other);
+  await expect(page.getByTestId('role')).toHaveText(role[first]);
   await expect(page.locator('.who bdi')).toHaveText([BOB, 'acme']);
   await page.getByTestId('language').click();
-  await expect(page.locator('html')).toHaveAttribute('dir', 'rtl');
-  await expect(page.getByTestId('language')).toHaveAttribute('lang', 'en');
-  await expect(page.getByTestId('role')).toHaveText('محلل');
+  await expect(page.locator('html')).toHaveAttribute('dir', other === 'ar' ? 'rtl' : 'ltr');
+  await expect(page.getByTestId('language')).toHaveAttribute('lang', first);
+  await expect(page.getByTestId('role')).toHaveText(role[other]);
   await expect(page.locator('.who bdi')).toHaveText([BOB, 'acme']);
   await page.getByTestId('language').click();
-  await expect(page.locator('html')).toHaveAttribute('lang', 'en');
+  await expect(page.locator('html')).toHaveAttribute('lang', first);
+});
+
+/// A problem answer, as the server sends one.
+function problem(status: number, code: string) {
+  return { status, contentType: 'application/problem+json', body: JSON.stringify({ type: 'about:blank', title: code, status, code }) };
+}
+
+test('a create that only ever fails stops after a bounded time with Try again and Discard, even after a reload; Try again resends the same key, and after Discard the next Export sends a new one', async ({ page }) => {
+  const t0 = Date.now();
+  // The page's timers and clock are Playwright's, so the half minute of tries passes at once.
+  await page.clock.install();
+  await signIn(page);
+  const keys: string[] = [];
+  await page.route('**/sfn/create_export', async (route) => {
+    keys.push(route.request().postDataJSON().key);
+    await route.fulfill(problem(503, 'busy'));
+  });
+  await page.getByTestId('export').click();
+  const trouble = page.getByTestId('trouble');
+  // Old code: the same key was sent again for ever, and the page stayed in Submitting.
+  await expect(async () => {
+    await page.clock.fastForward(5_000);
+    await expect(trouble).toBeVisible({ timeout: 500 });
+  }).toPass({ timeout: 60_000 });
+  await expect(status(page)).toHaveAttribute('data-state', 'submitting');
+  expect(keys.length).toBeGreaterThan(2);
+  expect(new Set(keys).size).toBe(1);
+  const [key] = keys;
+  await shot(page, 'trouble');
+
+  // A reload resumes the stored intent, tries it for a bounded time again, and stops again.
+  await page.reload();
+  await expect(page.getByTestId('who')).toHaveText(BOB);
+  await expect(async () => {
+    await page.clock.fastForward(5_000);
+    await expect(trouble).toBeVisible({ timeout: 500 });
+  }).toPass({ timeout: 60_000 });
+  expect(new Set(keys)).toEqual(new Set([key]));
+
+  const before = keys.length;
+  await page.getByTestId('try-again').click();
+  await expect.poll(() => keys.length).toBeGreaterThan(before);
+  expect(new Set(keys)).toEqual(new Set([key]));
+  await expect(async () => {
+    await page.clock.fastForward(5_000);
+    await expect(trouble).toBeVisible({ timeout: 500 });
+  }).toPass({ timeout: 60_000 });
+
+  await page.getByTestId('discard').click();
+  await expect(trouble).toHaveCount(0);
+  await expect(status(page)).toHaveAttribute('data-state', 'idle');
+  expect(await page.evaluate((slot) => localStorage.getItem(slot), SLOT)).toBeNull();
+  await page.unroute('**/sfn/create_export');
+  const sent: string[] = [];
+  page.on('request', (r) => {
+    if (r.url().includes('/sfn/create_export')) sent.push(r.postDataJSON().key);
+  });
+  await exportUntilReady(page);
+  expect(sent.length).toBeGreaterThan(0);
+  expect(sent).not.toContain(key);
+  expect((await exportsSince(t0)).length).toBe(1);
+});
+
+test('a poll answered with a 4xx that asking again will not change stops at once with Try again and Discard; Try again follows the same operation to the end', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page);
+  let refused = 0;
+  await page.route('**/sfn/export_status', async (route) => {
+    refused += 1;
+    await route.fulfill(problem(400, 'malformed-json'));
+  });
+  await page.getByTestId('export').click();
+  // Old code: polled again and again, for ever.
+  await expect(page.getByTestId('trouble')).toBeVisible();
+  const polls = refused;
+  await page.unroute('**/sfn/export_status');
+  expect(refused).toBe(polls);
+  const [op] = await exportsSince(t0);
+  await expect(status(page)).toHaveAttribute('data-op', op.id);
+  await page.getByTestId('try-again').click();
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  await expect(status(page)).toHaveAttribute('data-op', op.id);
+  await expect(page.getByTestId('trouble')).toHaveCount(0);
+  expect((await exportsSince(t0)).length).toBe(1);
+});
+
+test('two tabs clicking Export at once, one while the other is between reading and writing the stored intent, make one intent and one operation', async ({ context }) => {
+  // A fault point in the page: while `__slowIntentWrites` is set, a write of the stored intent
+  // first tells the other tabs it is about to write, then takes 300 ms. A tab with
+  // `__clickOnWrite` set clicks Export on hearing it: inside the first tab's read-decide-write.
+  await context.addInitScript(() => {
+    const barrier = new BroadcastChannel('e2e-barrier');
+    const setItem = Storage.prototype.setItem;
+    Storage.prototype.setItem = function (key: string, value: string) {
+      if ((window as any).__slowIntentWrites && key.startsWith('exportd.intent.')) {
+        barrier.postMessage('writing');
+        const until = performance.now() + 300;
+        while (performance.now() < until) {}
+      }
+      return setItem.call(this, key, value);
+    };
+    barrier.onmessage = (e) => {
+      if (e.data === 'writing' && (window as any).__clickOnWrite) {
+        (window as any).__clickOnWrite = false;
+        (document.querySelector('[data-testid=export]') as HTMLButtonElement).click();
+      }
+    };
+  });
+  const keys: string[] = [];
+  await context.route('**/sfn/create_export', async (route) => {
+    keys.push(route.request().postDataJSON().key);
+    await route.continue();
+  });
+  for (let round = 0; round < 3; round++) {
+    const t0 = Date.now();
+    keys.length = 0;
+    const first = await context.newPage();
+    if (round === 0) {
+      await signIn(first);
+    } else {
+      await first.goto('/');
+    }
+    await expect(first.getByTestId('export')).toBeEnabled();
+    const second = await context.newPage();
+    await second.goto('/');
+    await expect(second.getByTestId('export')).toBeEnabled();
+    await first.evaluate(() => ((window as any).__slowIntentWrites = true));
+    await second.evaluate(() => ((window as any).__clickOnWrite = true));
+    await first.getByTestId('export').click();
+    await expect(status(first)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+    await expect(status(second)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+    expect(await second.evaluate(() => (window as any).__clickOnWrite)).toBe(false);
+    // Old code: the second tab read no intent, made its own key and a second operation.
+    expect(new Set(keys).size).toBe(1);
+    const ops = await exportsSince(t0);
+    expect(ops.length).toBe(1);
+    await expect(status(first)).toHaveAttribute('data-op', ops[0].id);
+    await expect(status(second)).toHaveAttribute('data-op', ops[0].id);
+    await first.close();
+    await second.close();
+  }
+});
+
+test('a Download refused with 403 because the role changed says so and offers no Download any more', async ({ page }) => {
+  await signIn(page);
+  await exportUntilReady(page);
+  exportd(['user', 'set-role', BOB, 'viewer']);
+  try {
+    await page.getByTestId('download').click();
+    await expect(page.getByTestId('notice')).toBeVisible();
+    // Old code: the notice, beside the same Download button that answers 403 again.
+    await expect(page.getByTestId('download')).toHaveCount(0);
+    await expect(page.getByTestId('recent-download')).toHaveCount(0);
+    await expect(page.getByTestId('export')).toBeDisabled();
+  } finally {
+    exportd(['user', 'set-role', BOB, 'analyst']);
+  }
+});
+
+test('a double click on More, or a refresh racing it, lists each export once', async ({ page }) => {
+  await signIn(page);
+  // More than two pages (of 20) of exports: made and cancelled through the API.
+  const count = async () => Number((await query<{ n: string }>('SELECT COUNT(*) AS n FROM exports e JOIN users u ON u.id = e.actor_id WHERE u.email = $1', [BOB]))[0].n);
+  const origin = new URL(page.url()).origin;
+  for (let made = await count(); made < 45; made++) {
+    const created = await page.request.post('/api/exports', {
+      headers: { Origin: origin, 'Idempotency-Key': crypto.randomUUID() },
+      data: { report: 'customers', time_range: { preset: 'yesterday' } },
+    });
+    expect(created.status()).toBeLessThan(300);
+    const { id } = await created.json();
+    await page.request.post(`/api/exports/${id}/cancel`, { headers: { Origin: origin } });
+    await expect.poll(async () => (await (await page.request.get(`/api/exports/${id}`)).json()).status).toMatch(TERMINAL);
+  }
+  await page.reload();
+  const rows = page.getByTestId('recent-row');
+  await expect(rows).toHaveCount(20);
+  const firstPage = 20;
+  const n = await count();
+  await page.getByTestId('more').dblclick();
+  await expect(rows).toHaveCount(Math.min(n, 2 * firstPage));
+  const ids = await rows.evaluateAll((els) => els.map((e) => e.getAttribute('data-op')));
+  expect(new Set(ids).size).toBe(ids.length);
+  // A refresh (an export settling) while More loads: the list is the first page again, once.
+  await page.getByTestId('more').click();
+  await exportUntilReady(page);
+  const after = await rows.evaluateAll((els) => els.map((e) => e.getAttribute('data-op')));
+  expect(new Set(after).size).toBe(after.length);
+});
+
+test('a return visit downloads no wasm, glue or stylesheet: each is named by its hash and kept a year', async ({ page, context }) => {
+  await signIn(page);
+  const assets = await page.evaluate(() => performance.getEntriesByType('resource').map((e) => e.name).filter((n) => /\/pkg\//.test(n)));
+  const wasm = assets.find((n) => n.endsWith('.wasm'));
+  expect(wasm).toMatch(/\/pkg\/exportd\.[A-Za-z0-9_-]+\.wasm$/);
+  expect(assets.some((n) => /\/pkg\/exportd\.[A-Za-z0-9_-]+\.css$/.test(n))).toBe(true);
+  for (const url of assets) {
+    expect((await page.request.head(url)).headers()['cache-control']).toBe('public, max-age=31536000, immutable');
+  }
+  const again = await context.newPage();
+  await again.goto('/');
+  await expect(again.getByTestId('export')).toBeEnabled();
+  const transferred = await again.evaluate(() =>
+    performance.getEntriesByType('resource').filter((e) => /\/pkg\//.test(e.name)).map((e) => [e.name, (e as PerformanceResourceTiming).transferSize]),
+  );
+  expect(transferred.length).toBeGreaterThanOrEqual(3);
+  expect(transferred.filter(([, size]) => size !== 0)).toEqual([]);
 });

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod operations;
 pub mod seed;
 pub mod server;
+pub mod site_assets;
 pub mod storage;
 pub mod worker;
 

@@ -6,6 +6,7 @@ use crate::controllers;
 use crate::error::AppError;
 use crate::exports::context::ServiceContext;
 use crate::metrics::Metrics;
+use crate::site_assets::SiteAssets;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::Router;
@@ -81,11 +82,16 @@ pub fn api_router(state: AppState) -> Router {
 
 /// The whole application: the API beside the server-rendered page and its static files.
 pub fn app_router(state: AppState) -> Router {
+    let assets = SiteAssets::find(&state.config.site_root);
     let options = LeptosOptions::builder()
         .output_name("exportd")
         .site_root(state.config.site_root.clone())
         .site_pkg_dir("pkg")
+        .hash_files(assets.hashed())
+        // An absolute path: Leptos joins it to the binary's folder, which then leaves it as is.
+        .hash_file(assets.hash_file.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| "hash.txt".to_owned()).into())
         .build();
+    let stylesheet: Arc<str> = assets.stylesheet("exportd").into();
     let routes = generate_route_list(app::App);
     let backend = app::sfn::backend::Backend(Arc::new(controllers::page::PageFunctions(state.clone())));
     let page = Router::new()
@@ -95,7 +101,7 @@ pub fn app_router(state: AppState) -> Router {
             move || leptos::prelude::provide_context(backend.clone()),
             {
                 let options = options.clone();
-                move || app::shell(options.clone())
+                move || app::shell(options.clone(), stylesheet.clone())
             },
         )
         .route("/sfn/{*rest}", axum::routing::any(unknown_route))
@@ -111,23 +117,33 @@ pub fn app_router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state.clone(), controllers::page::guard_server_functions))
         .with_state(options);
-    traced(api_router(state).merge(page).layer(axum::middleware::from_fn(answer_headers)).layer(axum::middleware::from_fn(bounded)))
+    let assets = Arc::new(assets);
+    traced(
+        api_router(state)
+            .merge(page)
+            .layer(axum::middleware::from_fn_with_state(assets, answer_headers))
+            .layer(axum::middleware::from_fn(bounded)),
+    )
 }
 
 /// Headers every answer carries, by what it is: the page may not be framed by another site
 /// (`frame-ancestors 'none'`); the API's and the server functions' JSON may carry a freshly minted
-/// download link, a credential, so no cache keeps it (`no-store`, unless the answer set its own).
-async fn answer_headers(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+/// download link, a credential, so no cache keeps it (`no-store`, unless the answer set its own);
+/// a static file of the page is kept a year when named by its hash, else revalidated.
+async fn answer_headers(State(assets): State<Arc<SiteAssets>>, req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
     use axum::http::{header, HeaderValue};
-    let api = {
-        let path = req.uri().path();
-        path.starts_with("/api/") || path.starts_with(app::sfn::PREFIX)
-    };
+    let path = req.uri().path();
+    let api = path.starts_with("/api/") || path.starts_with(app::sfn::PREFIX);
+    let static_file = path.starts_with("/pkg/").then(|| assets.cache_control(path));
     let mut resp = next.run(req).await;
+    let served = resp.status().is_success() || resp.status() == axum::http::StatusCode::NOT_MODIFIED;
     let h = resp.headers_mut();
     if api {
         h.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
     } else {
+        if let Some(cache) = static_file.filter(|_| served) {
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+        }
         h.entry(header::CONTENT_SECURITY_POLICY).or_insert(HeaderValue::from_static("frame-ancestors 'none'"));
         h.entry(header::X_FRAME_OPTIONS).or_insert(HeaderValue::from_static("DENY"));
     }
