@@ -312,10 +312,9 @@ pub struct ErrorView {
     pub support_ref: Option<String>,
 }
 
+// The browser build (`hydrate`) skips, unread, the fields the page never shows (the request, the
+// links, the parts' keys and digests, …): the wasm then carries no decoder for them.
 /// An export operation as the API shows it (SPEC §3.2).
-///
-/// The browser build (`hydrate`) skips, unread, the fields the page never shows (the request, the
-/// links, the parts' keys and digests, …): the wasm then carries no decoder for them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ExportView {
