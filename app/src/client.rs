@@ -4,7 +4,7 @@
 //!
 //! Every read-decide-write of the stored intent runs holding the slot's Web Lock (`lock_slot`),
 //! and a tab that made an intent holds a driving lock while it drives it
-//! (`another_tab_drives`), so two tabs never both decide there is no intent; a drive's writes
+//! (`another_tab_drives_unseen`), so two tabs never both decide there is no intent; a drive's writes
 //! also go through
 //! `intent::store_if_owned`/`remove_if_owned`, so a drive that was superseded while it awaited
 //! changes nothing. Tries are bounded: after `GIVE_UP_MS` of no answer, or at once on an answer
@@ -15,7 +15,6 @@ use crate::intent::{self, Drive, Drives, Intent, IntentStorage};
 use crate::model::{ExportRequest, ExportState, ExportView, LoginRequest, Problem, SessionView, TimeRange};
 use crate::page::{preset_of, Notice, PageSignals, SessionState, Trouble};
 use crate::sfn;
-use futures::future::{select, Either};
 use gloo_timers::future::TimeoutFuture;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -65,22 +64,27 @@ const LOCK_WAIT_MS: u32 = 5_000;
 /// A held Web Lock; dropping it lets the lock go.
 struct HeldLock {
     release: js_sys::Function,
-    /// Whether it is one of this tab's driving locks (counted in `OWN_DRIVING`).
-    driving: bool,
+    /// The name, when it is one of this tab's driving locks (listed in `OWN_DRIVING`).
+    driving: Option<String>,
 }
 
 impl Drop for HeldLock {
     fn drop(&mut self) {
-        if self.driving {
-            OWN_DRIVING.with(|n| n.set(n.get().saturating_sub(1)));
+        if let Some(name) = self.driving.take() {
+            OWN_DRIVING.with(|own| {
+                let mut own = own.borrow_mut();
+                if let Some(at) = own.iter().position(|n| *n == name) {
+                    own.swap_remove(at);
+                }
+            });
         }
         let _ = self.release.call0(&JsValue::UNDEFINED);
     }
 }
 
 thread_local! {
-    /// How many driving locks this tab holds (its own drives of intents it made).
-    static OWN_DRIVING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The driving locks this tab holds (its own drives of intents it made).
+    static OWN_DRIVING: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The browser's `navigator.locks`, where there is one: a page over plain HTTP on a LAN address
@@ -98,35 +102,36 @@ async fn lock_slot(slot: &str) -> Option<HeldLock> {
     take_lock(&format!("{slot}.lock"), "exclusive").await
 }
 
-/// The name of the lock a tab holds (shared) while it drives an intent it made.
-fn driving_lock(slot: &str) -> String {
-    format!("{slot}.driving")
+/// The name of the lock a tab holds while it drives the intent with `key` that it made.
+fn driving_lock(slot: &str, key: &str) -> String {
+    format!("{slot}.driving.{key}")
 }
 
-/// Whether another tab of this browser drives an intent it made for `slot` (it holds the driving
-/// lock; this tab's own drives, which may still be winding down, are not counted).
+/// Whether another tab of this browser drives an intent it made for `slot` that this tab cannot
+/// see yet: it holds the driving lock of a key that is not the stored intent's (`seen`), and not
+/// one of this tab's own drives, which may still be winding down.
 /// Asked under the slot's lock: the lock manager is one authority for every tab, while the
 /// localStorage each tab reads is its own copy, updated a moment after another tab writes. So a
 /// tab that takes the slot's lock right after another tab stored a new intent may not see that
 /// intent yet, but sees that tab's driving lock.
-async fn another_tab_drives(slot: &str) -> bool {
+async fn another_tab_drives_unseen(slot: &str, seen: Option<&str>) -> bool {
     let Some(locks) = lock_manager() else { return false };
     let Some(query) = js_sys::Reflect::get(&locks, &"query".into()).ok().and_then(|q| q.dyn_into::<js_sys::Function>().ok()) else { return false };
     let Some(promise) = query.call0(&locks).ok().and_then(|p| p.dyn_into::<js_sys::Promise>().ok()) else { return false };
     let Ok(snapshot) = wasm_bindgen_futures::JsFuture::from(promise).await else { return false };
-    let name = JsValue::from_str(&driving_lock(slot));
-    let held = js_sys::Reflect::get(&snapshot, &"held".into())
-        .ok()
-        .map(|held| js_sys::Array::from(&held).iter().filter(|lock| js_sys::Reflect::get(lock, &"name".into()).is_ok_and(|n| n == name)).count())
-        .unwrap_or(0);
-    held > OWN_DRIVING.with(|n| n.get()) as usize
+    let prefix = driving_lock(slot, "");
+    let Ok(held) = js_sys::Reflect::get(&snapshot, &"held".into()) else { return false };
+    js_sys::Array::from(&held).iter().filter_map(|lock| js_sys::Reflect::get(&lock, &"name".into()).ok()?.as_string()).any(|name| {
+        name.strip_prefix(&prefix).is_some_and(|key| Some(key) != seen) && !OWN_DRIVING.with(|own| own.borrow().contains(&name))
+    })
 }
 
-/// Takes this tab's driving lock of `slot` (shared: every tab may hold one).
-async fn take_driving_lock(slot: &str) -> Option<HeldLock> {
-    let mut lock = take_lock(&driving_lock(slot), "shared").await?;
-    lock.driving = true;
-    OWN_DRIVING.with(|n| n.set(n.get() + 1));
+/// Takes this tab's driving lock of the intent with `key` that it made.
+async fn take_driving_lock(slot: &str, key: &str) -> Option<HeldLock> {
+    let name = driving_lock(slot, key);
+    let mut lock = take_lock(&name, "exclusive").await?;
+    OWN_DRIVING.with(|own| own.borrow_mut().push(name.clone()));
+    lock.driving = Some(name);
     Some(lock)
 }
 
@@ -138,7 +143,7 @@ async fn take_lock(name: &str, mode: &str) -> Option<HeldLock> {
     // `HeldLock` is dropped; dropped before the grant (a timeout), it lets a late grant go at once.
     let mut release = None;
     let held = js_sys::Promise::new(&mut |resolve, _| release = Some(resolve));
-    let release = HeldLock { release: release?, driving: false };
+    let release = HeldLock { release: release?, driving: None };
     let mut grant = None;
     let granted = js_sys::Promise::new(&mut |resolve, _| grant = Some(resolve));
     let grant = grant?;
@@ -149,9 +154,9 @@ async fn take_lock(name: &str, mode: &str) -> Option<HeldLock> {
     let options = js_sys::Object::new();
     js_sys::Reflect::set(&options, &"mode".into(), &mode.into()).ok()?;
     request.call3(&locks, &JsValue::from_str(name), &options, &on_grant).ok()?;
-    match select(wasm_bindgen_futures::JsFuture::from(granted), TimeoutFuture::new(LOCK_WAIT_MS)).await {
-        Either::Left(_) => Some(release),
-        Either::Right(_) => None,
+    match first(wasm_bindgen_futures::JsFuture::from(granted), TimeoutFuture::new(LOCK_WAIT_MS)).await {
+        Ok(_) => Some(release),
+        Err(()) => None,
     }
 }
 
@@ -189,10 +194,24 @@ fn backoff_ms(n: u32) -> u32 {
 async fn timed<T>(call: impl std::future::Future<Output = Result<T, Problem>> + 'static) -> Result<T, Problem> {
     // Boxed as a trait object, so the wasm has one timeout per answer type, not one per call.
     let call: std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Problem>>>> = Box::pin(call);
-    match select(call, TimeoutFuture::new(CALL_TIMEOUT_MS)).await {
-        Either::Left((result, _)) => result,
-        Either::Right(_) => Err(Problem::new(sfn::NETWORK, 0, "The server did not answer in time")),
+    match first(call, TimeoutFuture::new(CALL_TIMEOUT_MS)).await {
+        Ok(result) => result,
+        Err(()) => Err(Problem::new(sfn::NETWORK, 0, "The server did not answer in time")),
     }
+}
+
+/// `work`'s output, or `Err` when `timeout` ends first.
+async fn first<F: std::future::Future + Unpin>(mut work: F, mut timeout: TimeoutFuture) -> Result<F::Output, ()> {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    std::future::poll_fn(move |cx| {
+        if let Poll::Ready(out) = Pin::new(&mut work).poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        Pin::new(&mut timeout).poll(cx).map(|()| Err(()))
+    })
+    .await
 }
 
 /// Whether a failed call may be sent again unchanged: no answer, a timeout, a 5xx, or "too
@@ -218,15 +237,18 @@ impl Tries {
         *self = Tries::new();
     }
 
-    /// Waits before the next try of a transient failure; false when it is time to stop.
-    async fn wait(&mut self) -> bool {
+    /// Waits before trying again after the transient failure `p` (at least its `Retry-After`);
+    /// after `GIVE_UP_MS` of failures, the trouble to show instead: the server's last answer when
+    /// it gave one (a 503 `busy`, a 429 `too-many-exports`), else that nothing answered.
+    async fn wait(&mut self, p: Problem) -> Result<(), Trouble> {
         let since = *self.failing_since.get_or_insert_with(now_ms);
         if now_ms() - since >= GIVE_UP_MS {
-            return false;
+            return Err(if p.status == 0 { Trouble::Unanswered } else { Trouble::Refused(p) });
         }
-        TimeoutFuture::new(backoff_ms(self.n)).await;
+        let asked = p.retry_after.map_or(0, |secs| secs.saturating_mul(1000).min(GIVE_UP_MS as u64) as u32);
+        TimeoutFuture::new(backoff_ms(self.n).max(asked)).await;
         self.n += 1;
-        true
+        Ok(())
     }
 }
 
@@ -353,7 +375,20 @@ pub fn start(s: PageSignals) {
             }
         }
     });
-    spawn_local(refresh_session(s));
+    // Who is signed in comes with the page when the server could tell; else it is asked.
+    match embedded_session() {
+        Some(Some(who)) => spawn_local(signed_in(s, who)),
+        Some(None) => s.session.set(SessionState::SignedOut),
+        None => spawn_local(refresh_session(s)),
+    }
+}
+
+/// The session the server put in the page's head (`Some(None)`: nobody is signed in), if it did.
+fn embedded_session() -> Option<Option<SessionView>> {
+    let element = web_sys::window()?.document()?.get_element_by_id(crate::SESSION_ELEMENT)?;
+    // Read once: after a sign-out or a sign-in, the page asks the server.
+    element.remove();
+    serde_json::from_slice(element.text_content()?.as_bytes()).ok()
 }
 
 /// Another tab changed this user's intent: show the operation it drives, unless this tab
@@ -369,20 +404,7 @@ fn follow_stored(s: PageSignals, slot: &str) {
 async fn refresh_session(s: PageSignals) {
     match call_api("GET", "/api/session", None).await {
         Ok(resp) if resp.ok() => match resp.json::<SessionView>() {
-            Some(who) => {
-                let slot = intent::slot_of(&who.tenant, &who.email);
-                let stored = Local.load(&slot);
-                // The form appears already showing that an operation is being looked up, so
-                // Export is never enabled before its state is known.
-                if let Some(stored) = &stored {
-                    s.state.set(if stored.id.is_some() { ExportState::Resuming } else { ExportState::Submitting });
-                }
-                s.session.set(SessionState::SignedIn(who));
-                load_recent(s, false);
-                if let Some(stored) = stored {
-                    drive(s, slot, stored, None).await;
-                }
-            }
+            Some(who) => signed_in(s, who).await,
             None => s.session.set(SessionState::SignedOut),
         },
         Ok(_) => s.session.set(SessionState::SignedOut),
@@ -390,6 +412,22 @@ async fn refresh_session(s: PageSignals) {
             s.notice.set(Some(Notice::Unreachable));
             s.session.set(SessionState::SignedOut);
         }
+    }
+}
+
+/// Shows the signed-in user's page: the list, and the stored intent resumed.
+async fn signed_in(s: PageSignals, who: SessionView) {
+    let slot = intent::slot_of(&who.tenant, &who.email);
+    let stored = Local.load(&slot);
+    // The form appears already showing that an operation is being looked up, so Export is never
+    // enabled before its state is known.
+    if let Some(stored) = &stored {
+        s.state.set(if stored.id.is_some() { ExportState::Resuming } else { ExportState::Submitting });
+    }
+    s.session.set(SessionState::SignedIn(who));
+    load_recent(s, false);
+    if let Some(stored) = stored {
+        drive(s, slot, stored, None).await;
     }
 }
 
@@ -404,7 +442,7 @@ pub fn login(s: PageSignals, email: String, password: String) {
                 refresh_session(s).await;
             }
             Ok(resp) => s.notice.set(Some(Notice::Refused(resp.problem()))),
-            Err(_) => s.notice.set(Some(Notice::UnreachableLogin)),
+            Err(_) => s.notice.set(Some(Notice::Unreachable)),
         }
     });
 }
@@ -434,8 +472,16 @@ fn number(text: &str) -> Option<serde_json::Value> {
     if text.is_empty() {
         return None;
     }
-    // serde_json's own number reader: `str::parse::<f64>` would bring a second one into the wasm.
-    Some(serde_json::from_slice::<serde_json::Number>(text.as_bytes()).map(serde_json::Value::Number).unwrap_or_else(|_| text.into()))
+    // serde_json's own number reader (`str::parse::<f64>` would bring a second one into the
+    // wasm), after writing what a number field accepts as JSON does: `.5` as `0.5`, `05` as `5`.
+    let (sign, digits) = text.strip_prefix('-').map_or(("", text), |rest| ("-", rest));
+    let digits = digits.trim_start_matches('0');
+    let json = match digits.as_bytes().first() {
+        None => format!("{sign}0"),
+        Some(b'.') | Some(b'e') | Some(b'E') => format!("{sign}0{digits}"),
+        Some(_) => format!("{sign}{digits}"),
+    };
+    Some(serde_json::from_slice::<serde_json::Number>(json.as_bytes()).map(serde_json::Value::Number).unwrap_or_else(|_| text.into()))
 }
 
 /// The request the form describes.
@@ -498,11 +544,11 @@ enum NewRequest {
 /// The read-decide-write of a click: follows the stored intent while it is unsettled, or stores a
 /// new one for `request` (a new key). Run under the slot's lock, so two tabs clicking at once
 /// make one intent.
-fn decide(slot: &str, request: NewRequest, another_tab_drives: bool) -> Decision {
-    if let Some(stored) = Local.load(slot).filter(|i| !i.settled) {
+fn decide(slot: &str, stored: Option<Intent>, request: NewRequest, another_tab_drives_unseen: bool) -> Decision {
+    if let Some(stored) = stored.filter(|i| !i.settled) {
         return Decision::Follow(stored);
     }
-    if another_tab_drives {
+    if another_tab_drives_unseen {
         return Decision::Wait;
     }
     let intent = match request {
@@ -523,12 +569,13 @@ fn click(s: PageSignals, slot: String, request: NewRequest) {
     s.form.errors.set(Vec::new());
     spawn_local(async move {
         let held = lock_slot(&slot).await;
-        let others = another_tab_drives(&slot).await;
-        let decision = decide(&slot, request, others);
+        let stored = Local.load(&slot);
+        let others = another_tab_drives_unseen(&slot, stored.as_ref().map(|i| i.key.as_str())).await;
+        let decision = decide(&slot, stored, request, others);
         // The driving lock is taken before the slot's lock goes, so a tab that takes the slot's
         // lock next sees it.
-        let driving = match decision {
-            Decision::Start(_) => take_driving_lock(&slot).await,
+        let driving = match &decision {
+            Decision::Start(intent) => take_driving_lock(&slot, &intent.key).await,
             _ => None,
         };
         drop(held);
@@ -546,7 +593,7 @@ fn click(s: PageSignals, slot: String, request: NewRequest) {
                 let d = DRIVES.with(|drives| drives.start());
                 TimeoutFuture::new(LOCK_WAIT_MS).await;
                 if is_current(d) {
-                    s.trouble.set(Some(Trouble::Unanswered));
+                    s.trouble.set(Some(Trouble::OtherTab));
                 }
             }
             Decision::Start(intent) => {
@@ -731,10 +778,7 @@ async fn submit(intent: &Intent, d: Drive) -> Result<ExportView, Stop> {
             Ok(view) => return Ok(view),
             Err(p) if p.code == "unauthenticated" => return Err(Stop::SignedOut),
             Err(p) if !is_transient(&p) => return Err(Stop::Rejected(p)),
-            Err(_) => {}
-        }
-        if !tries.wait().await {
-            return Err(Stop::Trouble(Trouble::Unanswered));
+            Err(p) => tries.wait(p).await.map_err(Stop::Trouble)?,
         }
     }
 }
@@ -784,11 +828,7 @@ async fn poll(s: PageSignals, slot: &str, intent: &mut Intent, id: &str, d: Driv
             Err(p) if p.code == "unauthenticated" => return Err(Stop::SignedOut),
             Err(p) if p.code == "export-not-found" => return Err(Stop::NotFound),
             Err(p) if !is_transient(&p) => return Err(Stop::Trouble(Trouble::Refused(p))),
-            Err(_) => {
-                if !tries.wait().await {
-                    return Err(Stop::Trouble(Trouble::Unanswered));
-                }
-            }
+            Err(p) => tries.wait(p).await.map_err(Stop::Trouble)?,
         }
     }
     Err(Stop::Superseded)
@@ -800,10 +840,9 @@ pub fn cancel(s: PageSignals) {
     spawn_local(async move {
         let view = match timed(sfn::cancel_export(id)).await {
             Ok(view) => view,
-            Err(p) => match p.export {
-                Some(view) => *view,
-                None => return s.notice.set(Some(Notice::Refused(p))),
-            },
+            // Ended before the cancel: the drive's next poll shows how.
+            Err(p) if p.code == "export-already-finished" => return,
+            Err(p) => return s.notice.set(Some(Notice::Refused(p))),
         };
         if s.op_id.get_untracked().as_deref() != Some(view.id.as_str()) {
             return;

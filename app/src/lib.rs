@@ -13,9 +13,33 @@ include!(concat!(env!("OUT_DIR"), "/i18n/mod.rs"));
 
 use leptos::prelude::*;
 
+/// Who is signed in, as the server found it for the page's request (`None`: nobody), put by the
+/// server in the request's extensions so that the shell can hand it to the page.
+#[cfg(feature = "ssr")]
+#[derive(Debug, Clone)]
+pub struct PageSession(pub Option<SessionView>);
+
+/// The id of the `<script type="application/json">` in the page's head that carries the
+/// `PageSession` (`null` when nobody is signed in): the page knows who is signed in without a
+/// round trip of its own (on a phone's slow network, one round trip is over half a second).
+pub const SESSION_ELEMENT: &str = "exportd-session";
+
+/// The page's session as JSON for a `<script>` element: `<` is written `\u003c`, so no value
+/// can close the element.
+#[cfg(feature = "ssr")]
+fn session_json() -> Option<String> {
+    let parts = use_context::<axum::http::request::Parts>()?;
+    let session = parts.extensions.get::<PageSession>()?;
+    serde_json::to_string(&session.0).ok().map(|json| json.replace('<', "\\u003c"))
+}
+
 /// The HTML document around the app, rendered by the server; `stylesheet` is the path of the
 /// build's stylesheet (named by its hash when the build hashed its files).
 pub fn shell(options: LeptosOptions, stylesheet: std::sync::Arc<str>) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    let session = session_json().map(|json| view! { <script type="application/json" id=SESSION_ELEMENT inner_html=json></script> });
+    #[cfg(not(feature = "ssr"))]
+    let session: Option<()> = None;
     view! {
         <!DOCTYPE html>
         <html>
@@ -26,6 +50,7 @@ pub fn shell(options: LeptosOptions, stylesheet: std::sync::Arc<str>) -> impl In
                 <link rel="stylesheet" id="leptos" href=stylesheet.to_string()/>
                 <title>"exportd"</title>
                 <AutoReload options=options.clone()/>
+                {session}
                 <HydrationScripts options/>
             </head>
             <body>

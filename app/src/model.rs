@@ -419,11 +419,11 @@ pub struct Problem {
     pub support_ref: Option<String>,
     /// The export a 409 `export-already-finished` is about, as it is now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub export: Option<Box<ExportView>>,
     /// Seconds to wait before asking again (`too-many-exports`, `rate-limited`); the same as the
     /// `Retry-After` header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "hydrate", serde(skip_deserializing))]
     pub retry_after: Option<u64>,
 }
 

@@ -35,10 +35,8 @@ impl SessionState {
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 pub enum Notice {
-    /// exportd did not answer the page's first call.
+    /// exportd did not answer (the page's first call, or a sign-in).
     Unreachable,
-    /// exportd did not answer a sign-in.
-    UnreachableLogin,
     /// The session ended while an export was followed.
     SessionEnded,
     /// The browser refused to store the intent, so nothing was sent.
@@ -56,8 +54,11 @@ pub enum Notice {
 pub enum Trouble {
     /// No answer, a timeout or a 5xx, for longer than the page keeps trying.
     Unanswered,
-    /// An answer that asking again would not change.
+    /// An answer that asking again would not change, or the last of answers that kept saying
+    /// "later" (`busy`, `too-many-exports`) for longer than the page keeps trying.
     Refused(Problem),
+    /// Another tab is starting an export that this tab has not seen within moments.
+    OtherTab,
 }
 
 /// The export form's fields, as typed.
@@ -164,6 +165,9 @@ pub fn problem_text(i18n: I18n, p: &Problem) -> String {
         "busy" | "not-ready" => t_string!(i18n, problem_busy),
         "creation-paused" => t_string!(i18n, problem_creation_paused),
         "internal" => t_string!(i18n, problem_internal),
+        "malformed-json" | "body-too-large" => t_string!(i18n, problem_malformed),
+        "request-timeout" => t_string!(i18n, problem_request_timeout),
+        "link-invalid" | "link-expired" => t_string!(i18n, problem_link),
         _ => return p.detail.as_ref().map(|d| format!("{}: {d}", p.title)).unwrap_or_else(|| p.title.clone()),
     };
     text.to_string()
@@ -173,7 +177,6 @@ pub fn problem_text(i18n: I18n, p: &Problem) -> String {
 fn notice_text(i18n: I18n, notice: &Notice) -> String {
     match notice {
         Notice::Unreachable => t_string!(i18n, notice_unreachable).to_string(),
-        Notice::UnreachableLogin => t_string!(i18n, notice_unreachable_login).to_string(),
         Notice::SessionEnded => t_string!(i18n, notice_session_ended).to_string(),
         Notice::CannotStore => t_string!(i18n, notice_cannot_store).to_string(),
         Notice::DownloadRefused(p) => t_string!(i18n, notice_download_refused, reason = problem_text(i18n, p)).to_string(),
@@ -186,6 +189,7 @@ fn trouble_text(i18n: I18n, trouble: &Trouble) -> String {
     match trouble {
         Trouble::Unanswered => t_string!(i18n, trouble_unanswered).to_string(),
         Trouble::Refused(p) => t_string!(i18n, trouble_refused, reason = problem_text(i18n, p)).to_string(),
+        Trouble::OtherTab => t_string!(i18n, trouble_other_tab).to_string(),
     }
 }
 
@@ -591,7 +595,7 @@ pub fn ExportPage() -> impl IntoView {
                     {move || t_string!(i18n, gzip)}
                 </label>
                 </div>
-                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled() || !s.session.get().may_export()>{move || t_string!(i18n, export)}</button>
+                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled() || s.trouble.get().is_some() || !s.session.get().may_export()>{move || t_string!(i18n, export)}</button>
                 {move || (matches!(s.session.get(), SessionState::SignedIn(_)) && !s.session.get().may_export())
                     .then(|| view! { <p class="note" data-testid="viewer-note">{move || t_string!(i18n, viewer_note)}</p> })}
             </form>

@@ -728,6 +728,7 @@ test('a create that only ever fails stops after a bounded time with Try again an
 
 test('a poll answered with a 4xx that asking again will not change stops at once with Try again and Discard; Try again follows the same operation to the end', async ({ page }) => {
   const t0 = Date.now();
+  await page.clock.install();
   await signIn(page);
   let refused = 0;
   await page.route('**/sfn/export_status', async (route) => {
@@ -738,8 +739,12 @@ test('a poll answered with a 4xx that asking again will not change stops at once
   // Old code: polled again and again, for ever.
   await expect(page.getByTestId('trouble')).toBeVisible();
   const polls = refused;
-  await page.unroute('**/sfn/export_status');
+  // A minute of the page's time passes: it asks nothing more (a request it sent would reach the
+  // route before this page's own fetch below is answered).
+  await page.clock.fastForward(60_000);
+  await page.evaluate(() => fetch('/healthz'));
   expect(refused).toBe(polls);
+  await page.unroute('**/sfn/export_status');
   const [op] = await exportsSince(t0);
   await expect(status(page)).toHaveAttribute('data-op', op.id);
   await page.getByTestId('try-again').click();
@@ -846,11 +851,35 @@ test('a double click on More, or a refresh racing it, lists each export once', a
   await expect(rows).toHaveCount(Math.min(n, 2 * firstPage));
   const ids = await rows.evaluateAll((els) => els.map((e) => e.getAttribute('data-op')));
   expect(new Set(ids).size).toBe(ids.length);
-  // A refresh (an export settling) while More loads: the list is the first page again, once.
+  // A refresh (an export settling) while More loads: More's answer is held until the refresh has
+  // been answered; the list is then the first page, the new export first, each export once.
+  let releaseMore!: () => void;
+  const moreHeld = new Promise<void>((resolve) => (releaseMore = resolve));
+  let moreSeen = false;
+  await page.route('**/sfn/list_exports', async (route) => {
+    if (route.request().postDataJSON().cursor) {
+      moreSeen = true;
+      await moreHeld;
+    }
+    await route.continue();
+  });
   await page.getByTestId('more').click();
+  await expect.poll(() => moreSeen).toBe(true);
+  const t0 = Date.now();
+  const refreshed = page.waitForResponse((r) => r.url().includes('/sfn/list_exports') && !r.request().postDataJSON().cursor);
   await exportUntilReady(page);
+  await refreshed;
+  const [made] = await exportsSince(t0);
+  await expect(rows.first()).toHaveAttribute('data-op', made.id);
+  const moreAnswered = page.waitForResponse((r) => r.url().includes('/sfn/list_exports') && !!r.request().postDataJSON().cursor);
+  releaseMore();
+  await (await moreAnswered).finished();
+  // The page has read the held answer by the time a request it sends after it is answered.
+  await page.evaluate(() => fetch('/healthz').then((r) => r.text()));
   const after = await rows.evaluateAll((els) => els.map((e) => e.getAttribute('data-op')));
   expect(new Set(after).size).toBe(after.length);
+  expect(after.length).toBe(firstPage);
+  await page.unroute('**/sfn/list_exports');
 });
 
 test('a return visit downloads no wasm, glue or stylesheet: each is named by its hash and kept a year', async ({ page, context }) => {
@@ -870,4 +899,26 @@ test('a return visit downloads no wasm, glue or stylesheet: each is named by its
   );
   expect(transferred.length).toBeGreaterThanOrEqual(3);
   expect(transferred.filter(([, size]) => size !== 0)).toEqual([]);
+});
+
+test('the page comes with who is signed in, so a reload asks no /api/session, and no cache keeps it', async ({ page }) => {
+  await signIn(page);
+  const asked: string[] = [];
+  page.on('request', (r) => {
+    if (r.url().includes('/api/session')) asked.push(r.method());
+  });
+  await page.reload();
+  await expect(page.getByTestId('who')).toHaveText(BOB);
+  await expect(page.getByTestId('export')).toBeEnabled();
+  expect(asked).toEqual([]);
+  const html = await page.request.get('/');
+  expect(html.headers()['cache-control']).toBe('no-store');
+  expect(await html.text()).toContain(`"email":"${BOB}"`);
+  // Signed out, the page says so the same way: the form at once, no call either.
+  await page.getByTestId('sign-out').click();
+  await expect(page.locator('input[name=email]')).toBeVisible();
+  asked.length = 0;
+  await page.reload();
+  await expect(page.locator('input[name=email]')).toBeVisible();
+  expect(asked).toEqual([]);
 });

@@ -82,7 +82,7 @@ pub fn api_router(state: AppState) -> Router {
 
 /// The whole application: the API beside the server-rendered page and its static files.
 pub fn app_router(state: AppState) -> Router {
-    let assets = SiteAssets::find(&state.config.site_root);
+    let assets = SiteAssets::find(&state.config.site_root, "exportd");
     let options = LeptosOptions::builder()
         .output_name("exportd")
         .site_root(state.config.site_root.clone())
@@ -116,6 +116,7 @@ pub fn app_router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state.clone(), controllers::page::guard_server_functions))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), controllers::page::find_page_session))
         .with_state(options);
     let assets = Arc::new(assets);
     traced(
@@ -143,6 +144,9 @@ async fn answer_headers(State(assets): State<Arc<SiteAssets>>, req: axum::extrac
     } else {
         if let Some(cache) = static_file.filter(|_| served) {
             h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+            // The same path answers brotli, gzip or plain by Accept-Encoding: a shared cache must
+            // keep them apart.
+            h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
         }
         h.entry(header::CONTENT_SECURITY_POLICY).or_insert(HeaderValue::from_static("frame-ancestors 'none'"));
         h.entry(header::X_FRAME_OPTIONS).or_insert(HeaderValue::from_static("DENY"));

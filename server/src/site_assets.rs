@@ -25,20 +25,34 @@ pub struct SiteAssets {
 
 impl SiteAssets {
     /// Reads the hash file beside the running binary, where cargo-leptos writes it, or else in
-    /// `site_root` (where a package may put it beside the files).
-    pub fn find(site_root: &str) -> SiteAssets {
+    /// `site_root` (where a package may put it beside the files). A hash file whose files are not
+    /// in `site_root/pkg` (another build's, say the release one's beside a debug binary) is
+    /// passed over with an error in the log: the page would name files that are not there.
+    pub fn find(site_root: &str, output_name: &str) -> SiteAssets {
         let beside_exe = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.join(HASH_FILE)));
         let candidates = beside_exe.into_iter().chain(std::iter::once(Path::new(site_root).join(HASH_FILE)));
         for path in candidates {
-            if let Ok(text) = std::fs::read_to_string(&path) {
-                let mut assets = SiteAssets::parse(&text);
-                if assets.is_complete() {
-                    assets.hash_file = Some(path);
-                    return assets;
-                }
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            let mut assets = SiteAssets::parse(&text);
+            if !assets.is_complete() {
+                continue;
             }
+            let missing: Vec<PathBuf> = assets.files(output_name).into_iter().map(|f| Path::new(site_root).join(f)).filter(|f| !f.is_file()).collect();
+            if missing.is_empty() {
+                assets.hash_file = Some(path);
+                return assets;
+            }
+            tracing::error!(hash_file = %path.display(), missing = ?missing, "the site's files are not those the hash file names; rebuild the site for this binary");
         }
         SiteAssets::default()
+    }
+
+    /// The site paths of the hashed files, `pkg/<output_name>.<hash>.<ext>`.
+    fn files(&self, output_name: &str) -> Vec<String> {
+        [("js", &self.js), ("wasm", &self.wasm), ("css", &self.css)]
+            .into_iter()
+            .filter_map(|(ext, hash)| hash.as_ref().map(|h| format!("pkg/{output_name}.{h}.{ext}")))
+            .collect()
     }
 
     /// Parses `js: …`, `wasm: …` and `css: …` lines.
@@ -117,6 +131,22 @@ mod tests {
     fn the_stylesheet_is_named_by_its_hash_only_when_the_build_hashed() {
         assert_eq!(built().stylesheet("exportd"), "/pkg/exportd.Ef3.css");
         assert_eq!(SiteAssets::default().stylesheet("exportd"), "/pkg/exportd.css");
+    }
+
+    #[test]
+    fn a_hash_file_is_used_only_when_the_files_it_names_are_in_the_site() {
+        let site = tempfile::tempdir().expect("a temp dir");
+        let root = site.path().to_string_lossy().into_owned();
+        std::fs::create_dir_all(site.path().join("pkg")).expect("pkg");
+        std::fs::write(site.path().join(HASH_FILE), "js: Ab_1\nwasm: Cd-2\ncss: Ef3\n").expect("hash file");
+        for name in ["exportd.Ab_1.js", "exportd.Cd-2.wasm"] {
+            std::fs::write(site.path().join("pkg").join(name), b"x").expect("file");
+        }
+        assert!(!SiteAssets::find(&root, "exportd").hashed(), "the stylesheet is missing");
+        std::fs::write(site.path().join("pkg/exportd.Ef3.css"), b"x").expect("file");
+        let found = SiteAssets::find(&root, "exportd");
+        assert!(found.hashed());
+        assert_eq!(found.stylesheet("exportd"), "/pkg/exportd.Ef3.css");
     }
 
     #[test]

@@ -65,6 +65,34 @@ impl PageBackend for PageFunctions {
     }
 }
 
+/// Puts who is signed in into the extensions of a request for the page (`app::PageSession`), so
+/// that the shell hands it to the page, which then learns it without a round trip of its own. A
+/// lookup that fails for another reason than "nobody" (a busy database) puts nothing: the page then
+/// asks `/api/session` itself. The answer names the user, so no cache keeps it.
+pub async fn find_page_session(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{header, HeaderValue, Method};
+    if req.method() != Method::GET || req.uri().path() != "/" {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    match Actor::from_request_parts(&mut parts, &state).await {
+        Ok(actor) => {
+            parts.extensions.insert(app::PageSession(Some(super::session::session_view(actor))));
+        }
+        Err(AppError::Unauthenticated) => {
+            parts.extensions.insert(app::PageSession(None));
+        }
+        Err(_) => {}
+    }
+    let mut resp = next.run(axum::extract::Request::from_parts(parts, body)).await;
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
 /// Guards every server function (a path under `/sfn`) before it runs, as the REST API's
 /// extractors guard its handlers: only POST (405 otherwise); the caller authenticated (401) and,
 /// with a cookie, from the same origin (403, SPEC §2's rule: server functions have no CSRF

@@ -67,7 +67,12 @@ pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): R
 #[utoipa::path(get, path = "/api/session", tag = "session",
     responses((status = 200, description = "Who is signed in", body = app::SessionView), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn whoami(actor: Actor) -> Json<SessionView> {
-    Json(SessionView { email: actor.email, role: actor.role.as_str().to_owned(), tenant: actor.tenant_slug })
+    Json(session_view(actor))
+}
+
+/// The signed-in user as the API and the page show them.
+pub fn session_view(actor: Actor) -> SessionView {
+    SessionView { email: actor.email, role: actor.role.as_str().to_owned(), tenant: actor.tenant_slug }
 }
 
 /// `DELETE /api/session`: ends the browser session, if there is one, and removes its cookie;
