@@ -13,7 +13,7 @@
 
 use crate::intent::{self, Drive, Drives, Intent, IntentStorage};
 use crate::model::{ExportRequest, ExportState, ExportView, LoginRequest, Problem, SessionView, TimeRange};
-use crate::page::{preset_of, Notice, PageSignals, SessionState, Trouble};
+use crate::page::{number_json, preset_of, Notice, PageSignals, SessionState, Trouble};
 use crate::sfn;
 use gloo_timers::future::TimeoutFuture;
 use leptos::prelude::*;
@@ -467,23 +467,6 @@ pub fn logout(s: PageSignals) {
     });
 }
 
-fn number(text: &str) -> Option<serde_json::Value> {
-    let text = text.trim();
-    if text.is_empty() {
-        return None;
-    }
-    // serde_json's own number reader (`str::parse::<f64>` would bring a second one into the
-    // wasm), after writing what a number field accepts as JSON does: `.5` as `0.5`, `05` as `5`.
-    let (sign, digits) = text.strip_prefix('-').map_or(("", text), |rest| ("-", rest));
-    let digits = digits.trim_start_matches('0');
-    let json = match digits.as_bytes().first() {
-        None => format!("{sign}0"),
-        Some(b'.') | Some(b'e') | Some(b'E') => format!("{sign}0{digits}"),
-        Some(_) => format!("{sign}{digits}"),
-    };
-    Some(serde_json::from_slice::<serde_json::Number>(json.as_bytes()).map(serde_json::Value::Number).unwrap_or_else(|_| text.into()))
-}
-
 /// The request the form describes.
 fn request_of_form(s: PageSignals) -> ExportRequest {
     let f = s.form;
@@ -512,10 +495,10 @@ fn request_of_form(s: PageSignals) -> ExportRequest {
         if !statuses.is_empty() {
             filters.insert("status".to_owned(), statuses.into_iter().map(serde_json::Value::from).collect::<Vec<_>>().into());
         }
-        if let Some(v) = number(&f.min_total.get_untracked()) {
+        if let Some(v) = number_json(&f.min_total.get_untracked()) {
             filters.insert("min_total".to_owned(), v);
         }
-        if let Some(v) = number(&f.max_total.get_untracked()) {
+        if let Some(v) = number_json(&f.max_total.get_untracked()) {
             filters.insert("max_total".to_owned(), v);
         }
     }

@@ -241,6 +241,27 @@ pub fn preset_of(range: &str) -> Option<Preset> {
     }
 }
 
+/// A number field's text as the JSON the request carries: a number when it reads as one, the
+/// text itself otherwise (the server then says which field is wrong), nothing when empty. Read by
+/// serde_json's own number reader (`str::parse::<f64>` would bring a second one into the wasm),
+/// after writing what a number field accepts as JSON does: `.5` as `0.5`, `05` as `5`.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub fn number_json(text: &str) -> Option<serde_json::Value> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let (sign, rest) = text.strip_prefix('-').map_or(("", text), |rest| ("-", rest));
+    let digits = rest.trim_start_matches('0');
+    let json = match digits.as_bytes().first() {
+        _ if rest.is_empty() => return Some(text.into()),
+        None => format!("{sign}0"),
+        Some(b'.' | b'e' | b'E') => format!("{sign}0{digits}"),
+        Some(_) => format!("{sign}{digits}"),
+    };
+    Some(serde_json::from_slice::<serde_json::Number>(json.as_bytes()).map_or_else(|_| text.into(), serde_json::Value::Number))
+}
+
 /// The BCP 47 tag of the page's language.
 #[cfg(feature = "hydrate")]
 fn language_tag(i18n: I18n) -> &'static str {
@@ -781,5 +802,27 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
             <td>{move || date_time(i18n, &created_at)}</td>
             <td>{download}{reason.map(|r| view! { <span class="reason">{r}</span> })}</td>
         </tr>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::number_json;
+    use serde_json::json;
+
+    #[test]
+    fn a_number_field_is_sent_as_the_number_a_browser_accepts_and_anything_else_as_its_text() {
+        assert_eq!(number_json(""), None);
+        assert_eq!(number_json("  "), None);
+        assert_eq!(number_json("12.5"), Some(json!(12.5)));
+        assert_eq!(number_json(" .5 "), Some(json!(0.5)));
+        assert_eq!(number_json("-.5"), Some(json!(-0.5)));
+        assert_eq!(number_json("05"), Some(json!(5)));
+        assert_eq!(number_json("00"), Some(json!(0)));
+        assert_eq!(number_json("1e3"), Some(json!(1000.0)));
+        assert_eq!(number_json("-"), Some(json!("-")));
+        assert_eq!(number_json("abc"), Some(json!("abc")));
+        assert_eq!(number_json("0x10"), Some(json!("0x10")));
+        assert_eq!(number_json("1.2.3"), Some(json!("1.2.3")));
     }
 }
