@@ -4,10 +4,9 @@
 //!
 //! Every read-decide-write of the stored intent runs holding the slot's Web Lock (`lock_slot`),
 //! and a tab that made an intent holds a driving lock while it drives it
-//! (`another_tab_drives_unseen`), so two tabs never both decide there is no intent; a drive's writes
-//! also go through
-//! `intent::store_if_owned`/`remove_if_owned`, so a drive that was superseded while it awaited
-//! changes nothing. Tries are bounded: after `GIVE_UP_MS` of no answer, or at once on an answer
+//! (`another_tab_drives_unseen`), so two tabs never both decide there is no intent; a drive's
+//! writes also go through `intent::store_if_owned`/`remove_if_owned`, so a drive that was
+//! superseded while it awaited changes nothing. Tries are bounded: after `GIVE_UP_MS` of no answer, or at once on an answer
 //! that trying again would not change, the page stops and offers "Try again" (the same intent and
 //! key) and "Discard" (forget it; a new click makes a new key).
 
@@ -43,9 +42,8 @@ impl IntentStorage for Local {
             (Some(storage), Ok(text)) => storage.set_item(slot, &text).is_ok(),
             _ => false,
         };
-        // Tell the other tabs at once; the storage event follows too.
         if stored {
-            CHANNEL.with(|c| c.as_ref().map(|c| c.post_message(&slot.into())));
+            tell_other_tabs(slot);
         }
         stored
     }
@@ -53,8 +51,13 @@ impl IntentStorage for Local {
         if let Some(storage) = local_storage() {
             let _ = storage.remove_item(slot);
         }
-        CHANNEL.with(|c| c.as_ref().map(|c| c.post_message(&slot.into())));
+        tell_other_tabs(slot);
     }
+}
+
+/// Tells the other tabs at once that `slot` changed; the storage event follows too.
+fn tell_other_tabs(slot: &str) {
+    CHANNEL.with(|c| c.as_ref().map(|c| c.post_message(&slot.into())));
 }
 
 /// How long a tab waits for another tab to let the intent's lock go (a frozen tab holds it)
@@ -99,7 +102,7 @@ fn lock_manager() -> Option<JsValue> {
 /// another is between reading and writing waits, then reads what the other wrote. `None` where
 /// there is no lock manager, or when another tab holds it for longer than `LOCK_WAIT_MS`.
 async fn lock_slot(slot: &str) -> Option<HeldLock> {
-    take_lock(&format!("{slot}.lock"), "exclusive").await
+    take_lock(&format!("{slot}.lock")).await
 }
 
 /// The name of the lock a tab holds while it drives the intent with `key` that it made.
@@ -129,14 +132,14 @@ async fn another_tab_drives_unseen(slot: &str, seen: Option<&str>) -> bool {
 /// Takes this tab's driving lock of the intent with `key` that it made.
 async fn take_driving_lock(slot: &str, key: &str) -> Option<HeldLock> {
     let name = driving_lock(slot, key);
-    let mut lock = take_lock(&name, "exclusive").await?;
+    let mut lock = take_lock(&name).await?;
     OWN_DRIVING.with(|own| own.borrow_mut().push(name.clone()));
     lock.driving = Some(name);
     Some(lock)
 }
 
-/// Takes the Web Lock `name` in `mode` (`exclusive` or `shared`), waiting at most `LOCK_WAIT_MS`.
-async fn take_lock(name: &str, mode: &str) -> Option<HeldLock> {
+/// Takes the (exclusive) Web Lock `name`, waiting at most `LOCK_WAIT_MS`.
+async fn take_lock(name: &str) -> Option<HeldLock> {
     let locks = lock_manager()?;
     let request: js_sys::Function = js_sys::Reflect::get(&locks, &"request".into()).ok()?.dyn_into().ok()?;
     // The lock is held until the promise its callback returns settles, that is until the
@@ -151,15 +154,12 @@ async fn take_lock(name: &str, mode: &str) -> Option<HeldLock> {
         let _ = grant.call0(&JsValue::UNDEFINED);
         held.into()
     });
-    let options = js_sys::Object::new();
-    js_sys::Reflect::set(&options, &"mode".into(), &mode.into()).ok()?;
-    request.call3(&locks, &JsValue::from_str(name), &options, &on_grant).ok()?;
+    request.call2(&locks, &JsValue::from_str(name), &on_grant).ok()?;
     match first(wasm_bindgen_futures::JsFuture::from(granted), TimeoutFuture::new(LOCK_WAIT_MS)).await {
         Ok(_) => Some(release),
         Err(()) => None,
     }
 }
-
 
 fn is_current(d: Drive) -> bool {
     DRIVES.with(|drives| drives.is_current(d))
@@ -340,7 +340,6 @@ async fn call_api(method: &str, path: &str, json: Option<String>) -> Result<Answ
 /// Remembers the page's language for the server's next render: leptos_i18n's cookie, written
 /// here so that the browser build carries no cookie library (the server reads it).
 pub fn remember_locale(tag: &str) {
-    use wasm_bindgen::JsCast;
     let document = web_sys::window().and_then(|w| w.document()).and_then(|d| d.dyn_into::<web_sys::HtmlDocument>().ok());
     if let Some(document) = document {
         let _ = document.set_cookie(&format!("i18n_pref_locale={tag}; path=/; max-age=31536000; samesite=lax"));
@@ -361,8 +360,8 @@ pub fn start(s: PageSignals) {
     let _ = window_event_listener(leptos::ev::storage, move |ev| on_change(ev.key()));
     CHANNEL.with(|c| {
         if let Some(c) = c {
-            let cb = wasm_bindgen::closure::Closure::<dyn Fn(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| on_change(ev.data().as_string()));
-            c.set_onmessage(Some(wasm_bindgen::JsCast::unchecked_ref(cb.as_ref())));
+            let cb = Closure::<dyn Fn(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| on_change(ev.data().as_string()));
+            c.set_onmessage(Some(cb.as_ref().unchecked_ref()));
             cb.forget();
         }
     });
