@@ -319,9 +319,15 @@ impl Answer {
 }
 
 /// Calls the server (the REST API's `/api/session`, and `create_export`) with the page's cookie,
-/// through the browser's `fetch`;
-/// `Err` when no answer came.
+/// through the browser's `fetch`; `Err` when no answer came within `CALL_TIMEOUT_MS`.
 async fn call_api(method: &str, path: &str, json: Option<String>) -> Result<Answer, JsValue> {
+    match first(Box::pin(fetch_answer(method, path, json)), TimeoutFuture::new(CALL_TIMEOUT_MS)).await {
+        Ok(answer) => answer,
+        Err(()) => Err(JsValue::NULL),
+    }
+}
+
+async fn fetch_answer(method: &str, path: &str, json: Option<String>) -> Result<Answer, JsValue> {
     use wasm_bindgen_futures::JsFuture;
     let window = web_sys::window().ok_or(JsValue::NULL)?;
     let init = web_sys::RequestInit::new();
@@ -756,7 +762,7 @@ async fn submit(intent: &Intent, d: Drive) -> Result<ExportView, Stop> {
         if !is_current(d) {
             return Err(Stop::Superseded);
         }
-        match timed(create(intent.clone())).await {
+        match create(intent).await {
             Ok(view) => return Ok(view),
             Err(p) if p.code == "unauthenticated" => return Err(Stop::SignedOut),
             Err(p) if !is_transient(&p) => return Err(Stop::Rejected(p)),
@@ -770,8 +776,8 @@ const CREATE_EXPORT: &str = "/sfn/create_export";
 
 /// Sends the intent to the page's `create_export` server function with its request's stored JSON
 /// text as it is, so the page never decodes a request (the server function's own client would
-/// take a typed `ExportRequest`).
-async fn create(intent: Intent) -> Result<ExportView, Problem> {
+/// take a typed `ExportRequest`). Bounded by `call_api`'s timeout.
+async fn create(intent: &Intent) -> Result<ExportView, Problem> {
     #[derive(serde::Serialize)]
     struct Args<'a> {
         key: &'a str,
