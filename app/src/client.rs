@@ -634,15 +634,17 @@ pub fn discard(s: PageSignals) {
     let Some(slot) = slot(s) else { return };
     let key = DRIVEN_KEY.with(|k| k.borrow_mut().take());
     DRIVES.with(|d| d.stop_all());
-    s.trouble.set(None);
-    s.op_id.set(None);
-    s.state.set(ExportState::Idle);
     spawn_local(async move {
         let held = lock_slot(&slot).await;
         if Local.load(&slot).is_some_and(|i| Some(&i.key) == key.as_ref()) {
             Local.remove(&slot);
         }
         drop(held);
+        // The page says idle only once the intent is gone, so a reload right after cannot
+        // resume what was discarded.
+        s.trouble.set(None);
+        s.op_id.set(None);
+        s.state.set(ExportState::Idle);
         load_recent(s, false);
     });
 }
