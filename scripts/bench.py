@@ -210,15 +210,15 @@ def fill_exports(b, n):
     req = json.dumps({"report": "customers", "filters": {}, "columns": None, "format": "csv", "time_range": {"preset": "yesterday"}, "timezone": "UTC", "options": {"bom": False}})
     res = json.dumps({"from": "2026-01-01T00:00:00.000Z", "to": "2026-01-02T00:00:00.000Z", "timezone": "UTC", "columns": ["customer_id"], "deployment": "ksa"})
     if b.name == "PostgreSQL":
-        b.sql(f"""INSERT INTO exports (id, tenant_id, actor_id, idempotency_key, fingerprint, report, request, resolved, deployment, status,
+        b.sql(f"""INSERT INTO jobs (id, tenant_id, actor_id, idempotency_key, fingerprint, report, request, resolved, deployment, status,
                   generation, attempt, rows_written, artifact_expired, created_at, updated_at, finished_at)
                   SELECT 'exp_hist' || g, 'ten_acme', 'usr_alice', 'hist-' || g, 'fp', 'customers', '{req}', '{res}', 'ksa', 'ready',
                   1, 1, 0, TRUE, g, g, g FROM generate_series(1, {n}) g""")
         # As autovacuum would have left a table that grew over a year.
-        b.sql("VACUUM ANALYZE exports")
+        b.sql("VACUUM ANALYZE jobs")
     else:
         b.sql(f"""WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < {n})
-                  INSERT INTO exports (id, tenant_id, actor_id, idempotency_key, fingerprint, report, request, resolved, deployment, status,
+                  INSERT INTO jobs (id, tenant_id, actor_id, idempotency_key, fingerprint, report, request, resolved, deployment, status,
                   generation, attempt, rows_written, artifact_expired, created_at, updated_at, finished_at)
                   SELECT 'exp_hist' || i, 'ten_acme', 'usr_alice', 'hist-' || i, 'fp', 'customers', '{req}', '{res}', 'ksa', 'ready',
                   1, 1, 0, 1, i, i, i FROM g; ANALYZE""")
@@ -331,23 +331,23 @@ end
 
 def claim_figure(b, token):
     """Figure 6: 10,000 queued tiny exports drained by 4 worker processes."""
-    b.sql("DELETE FROM export_events; DELETE FROM exports")
+    b.sql("DELETE FROM job_events; DELETE FROM jobs")
     seed = request(b.base, "POST", "/api/exports", token, {"report": "customers", "time_range": {"preset": "yesterday"}}, key="claim-template")
     cols = "tenant_id, actor_id, fingerprint, report, request, resolved, deployment, status, generation, attempt, rows_written, artifact_expired, created_at, updated_at"
-    b.sql(f"INSERT INTO exports (id, idempotency_key, {cols}) SELECT 'exp_claim' || g, 'claim-' || g, {cols} FROM exports, generate_series(1, 9999) g "
-          f"WHERE id = '{seed['id']}'; ANALYZE exports")
+    b.sql(f"INSERT INTO jobs (id, idempotency_key, {cols}) SELECT 'exp_claim' || g, 'claim-' || g, {cols} FROM jobs, generate_series(1, 9999) g "
+          f"WHERE id = '{seed['id']}'; ANALYZE jobs")
     workers_started = time.monotonic()
     workers = [b.spawn("worker", "--concurrency", "2") for _ in range(4)]
     while True:
-        left = int(b.sql("SELECT COUNT(*) FROM exports WHERE status <> 'ready'"))
+        left = int(b.sql("SELECT COUNT(*) FROM jobs WHERE status <> 'ready'"))
         if left == 0:
             break
-        failed = int(b.sql("SELECT COUNT(*) FROM exports WHERE status IN ('failed', 'cancelled')"))
+        failed = int(b.sql("SELECT COUNT(*) FROM jobs WHERE status IN ('failed', 'cancelled')"))
         if failed:
             raise SystemExit(f"{failed} tiny exports failed")
         time.sleep(0.2)
     took = time.monotonic() - workers_started
-    twice = int(b.sql("SELECT COUNT(*) FROM (SELECT export_id FROM export_events WHERE to_status = 'running' GROUP BY export_id HAVING COUNT(*) > 1) t"))
+    twice = int(b.sql("SELECT COUNT(*) FROM (SELECT job_id FROM job_events WHERE to_status = 'running' GROUP BY job_id HAVING COUNT(*) > 1) t"))
     for w in workers:
         b.stop(w)
     figure("PostgreSQL: 10,000 queued tiny exports drained by 4 worker processes", f"{10_000 / took:,.0f} jobs/s ({took:.1f} s)", "",
@@ -379,7 +379,7 @@ def checkpointed_figures(b, token):
     exports_dir = os.path.join(b.folder, "objects", "exports")
 
     def audit_ms(export_id, generation, to_status):
-        return int(b.sql(f"SELECT MIN(at) FROM export_events WHERE export_id = '{export_id}' AND generation = {generation} "
+        return int(b.sql(f"SELECT MIN(at) FROM job_events WHERE job_id = '{job_id}' AND generation = {generation} "
                          f"AND to_status = '{to_status}' AND (from_status IS NULL OR from_status <> to_status)"))
 
     def wait(export_id, done):
@@ -423,7 +423,7 @@ def checkpointed_figures(b, token):
     b.spawn("worker", "--concurrency", "1", env=env)
     view = wait(export_id, lambda v: v["status"] == "ready")
     wall = time.monotonic() - killed
-    generation = int(b.sql(f"SELECT generation FROM exports WHERE id = '{export_id}'"))
+    generation = int(b.sql(f"SELECT generation FROM jobs WHERE id = '{export_id}'"))
     resumed = (audit_ms(export_id, generation, "ready") - audit_ms(export_id, generation, "running")) / 1000
     redone = int(b.sql(f"SELECT COUNT(*) FROM job_checkpoints WHERE job_id = '{export_id}' AND generation = {generation}"))
     figure(f"PostgreSQL: resuming that export after a SIGKILL at 90 % ({redone} of {parts} parts left), claim→ready",
@@ -475,7 +475,7 @@ def main():
             exports_figures(b, admin)
             latency_empty = create_latency(b, admin, "empty")
             # Both runs start with no active export (the per-actor limit counts them).
-            b.sql("DELETE FROM export_events WHERE export_id IN (SELECT id FROM exports WHERE status = 'queued'); DELETE FROM exports WHERE status = 'queued'")
+            b.sql("DELETE FROM job_events WHERE job_id IN (SELECT id FROM jobs WHERE status = 'queued'); DELETE FROM jobs WHERE status = 'queued'")
             fill_exports(b, 1_000_000)
             latency_full = create_latency(b, admin, "full")
             figure(f"{b.name}: create latency (p50 of 200, one client) with 0 → 1M rows in exports",

@@ -652,3 +652,16 @@ mod tests {
         assert!(!ExportState::Cancelled.offers_retry());
     }
 }
+
+/// A file sent for an import (SPEC §10): the answer of `POST /api/uploads`, 201 when new, 200
+/// for the same bytes from the same user again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct UploadView {
+    /// `upl_…`.
+    pub upload: String,
+    /// Hex SHA-256 of the bytes.
+    pub sha256: String,
+    /// The file's size.
+    pub bytes: i64,
+}

@@ -33,7 +33,7 @@ async function query<T>(sql: string, params: unknown[] = []): Promise<T[]> {
 
 async function exportsSince(t0: number, email = BOB): Promise<{ id: string; status: string }[]> {
   return query(
-    'SELECT e.id, e.status FROM exports e JOIN users u ON u.id = e.actor_id WHERE u.email = $1 AND e.created_at >= $2 ORDER BY e.created_at',
+    'SELECT e.id, e.status FROM jobs e JOIN users u ON u.id = e.actor_id WHERE u.email = $1 AND e.created_at >= $2 ORDER BY e.created_at',
     [email, t0],
   );
 }
@@ -245,7 +245,7 @@ test('5: cancel while running ends cancelled with no download; Download twice mi
     const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
     expect(readFileSync((await download.path())!, 'utf8').length).toBeGreaterThan(0);
   }
-  const minted = await query<{ n: string }>("SELECT COUNT(*) AS n FROM export_events WHERE export_id = $1 AND detail = 'download link minted'", [ready.id]);
+  const minted = await query<{ n: string }>("SELECT COUNT(*) AS n FROM job_events WHERE job_id = $1 AND detail = 'download link minted'", [ready.id]);
   expect(Number(minted[0].n)).toBe(2);
   expect((await exportsSince(t0)).length).toBe(2);
   await expect(page.getByTestId('recent-row').first()).toHaveAttribute('data-op', ready.id);
@@ -328,7 +328,7 @@ test('the downloaded file of a ready export has the rows of the database', async
   await page.locator('select[name=range]').selectOption('last_7_days');
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
-  const [op] = await query<{ id: string; resolved: string }>('SELECT id, resolved FROM exports WHERE created_at >= $1', [t0]);
+  const [op] = await query<{ id: string; resolved: string }>('SELECT id, resolved FROM jobs WHERE created_at >= $1', [t0]);
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
   const text = readFileSync((await download.path())!, 'utf8');
   const rows: string[][] = parse(text, { relax_column_count: false });
@@ -385,7 +385,7 @@ test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rende
   await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
   await expect(status(page)).toContainText('جاهز');
   await shot(page, 'switched-to-arabic-ready');
-  const [op] = await query<{ id: string; resolved: string }>('SELECT id, resolved FROM exports WHERE created_at >= $1', [t0]);
+  const [op] = await query<{ id: string; resolved: string }>('SELECT id, resolved FROM jobs WHERE created_at >= $1', [t0]);
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
   const rows: string[][] = parse(readFileSync((await download.path())!, 'utf8'));
   const header = rows.shift()!;
@@ -424,7 +424,7 @@ test('a large export in parts shows its parts as they are done, then offers the 
   await page.locator('input[name=compression]').check();
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
-  const [op] = await query<{ id: string; request: string; resolved: string }>('SELECT id, request, resolved FROM exports WHERE created_at >= $1', [t0]);
+  const [op] = await query<{ id: string; request: string; resolved: string }>('SELECT id, request, resolved FROM jobs WHERE created_at >= $1', [t0]);
   const request = JSON.parse(op.request);
   expect(request.consistency).toBe('checkpointed');
   expect(request.options.compression).toBe('gzip');
@@ -470,7 +470,7 @@ test('over plain HTTP on a LAN address, where crypto.randomUUID does not exist, 
   await exportUntilReady(page);
   const made = await exportsSince(t0);
   expect(made).toHaveLength(1);
-  const [row] = await query<{ idempotency_key: string }>('SELECT idempotency_key FROM exports WHERE id = $1', [made[0].id]);
+  const [row] = await query<{ idempotency_key: string }>('SELECT idempotency_key FROM jobs WHERE id = $1', [made[0].id]);
   expect(row.idempotency_key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   await context.close();
 });
@@ -502,7 +502,7 @@ test('an export whose file has expired is listed as expired, with no download', 
   await exportUntilReady(page);
   const [op] = await exportsSince(t0);
   // What the janitor records when the file's retention ends.
-  await query('UPDATE exports SET artifact_expired = true WHERE id = $1', [op.id]);
+  await query('UPDATE jobs SET artifact_expired = true WHERE id = $1', [op.id]);
   await page.reload();
   const row = page.locator(`[data-testid=recent-row][data-op="${op.id}"]`);
   await expect(row).toHaveAttribute('data-state', 'expired');
@@ -560,7 +560,7 @@ test('a Download answered 410 because the file expired turns the export into exp
   const [op] = await exportsSince(t0);
   // The janitor ends the file's retention while the page still shows it ready (its transition
   // moves updated_at, as every transition does).
-  await query('UPDATE exports SET artifact_expired = true, updated_at = updated_at + 1 WHERE id = $1', [op.id]);
+  await query('UPDATE jobs SET artifact_expired = true, updated_at = updated_at + 1 WHERE id = $1', [op.id]);
   await page.getByTestId('download').click();
   await expect(status(page)).toHaveAttribute('data-state', 'expired');
   await expect(page.getByTestId('download')).toHaveCount(0);
@@ -830,7 +830,7 @@ test('a Download refused with 403 because the role changed says so and offers no
 test('a double click on More, or a refresh racing it, lists each export once', async ({ page }) => {
   await signIn(page);
   // More than two pages (of 20) of exports: made and cancelled through the API.
-  const count = async () => Number((await query<{ n: string }>('SELECT COUNT(*) AS n FROM exports e JOIN users u ON u.id = e.actor_id WHERE u.email = $1', [BOB]))[0].n);
+  const count = async () => Number((await query<{ n: string }>('SELECT COUNT(*) AS n FROM jobs e JOIN users u ON u.id = e.actor_id WHERE u.email = $1', [BOB]))[0].n);
   const origin = new URL(page.url()).origin;
   for (let made = await count(); made < 45; made++) {
     const created = await page.request.post('/api/exports', {

@@ -13,6 +13,16 @@ mod m20261203_000005_announce_trigger;
 mod m20261203_000006_claim_order_index;
 mod m20261204_000007_operations;
 mod m20261204_000008_checkpoints;
+mod m20261205_000009_jobs;
+mod m20261205_000010_natural_keys;
+mod m20261205_000011_uploads;
+
+/// A customer's key in its tenant (SPEC §10): the email trimmed and lower-cased, computed here
+/// and never by the database, whose `lower()` differs between backends. The migration that
+/// made the column fills it with this, and the server writes it with this.
+pub fn email_key(email: &str) -> String {
+    email.trim().to_lowercase()
+}
 
 /// The ordered list of exportd's migrations.
 pub struct Migrator;
@@ -29,6 +39,9 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000006_claim_order_index::Migration),
             Box::new(m20261204_000007_operations::Migration),
             Box::new(m20261204_000008_checkpoints::Migration),
+            Box::new(m20261205_000009_jobs::Migration),
+            Box::new(m20261205_000010_natural_keys::Migration),
+            Box::new(m20261205_000011_uploads::Migration),
         ]
     }
 }

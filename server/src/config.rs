@@ -58,6 +58,13 @@ pub struct Config {
     /// default 32): its jobs are limited to what fits (see [`crate::db::jobs_within`]), so that
     /// two workers and an API process stay within PostgreSQL's default `max_connections`.
     pub worker_connections: u32,
+    /// The largest upload for an import (`EXPORTD_MAX_UPLOAD_BYTES`, default 1 GiB).
+    pub max_upload_bytes: u64,
+    /// How long an upload no unfinished import names is kept after its last use
+    /// (`EXPORTD_UPLOAD_TTL_SECS`, default 86,400).
+    pub upload_ttl: Duration,
+    /// Rows per batch of an import's apply (`EXPORTD_IMPORT_BATCH_ROWS`, default 1,000).
+    pub import_batch_rows: u64,
     /// Where the built page (`pkg/`) is served from.
     pub site_root: String,
 }
@@ -145,6 +152,9 @@ impl Config {
             sweep_every: Duration::from_millis(number("EXPORTD_SWEEP_MS", 60_000)?),
             orphan_margin: Duration::from_secs(number("EXPORTD_ORPHAN_MARGIN_SECS", 60)?),
             worker_connections: u32::try_from(number("EXPORTD_DB_CONNECTIONS", 32)?).unwrap_or(u32::MAX),
+            max_upload_bytes: number("EXPORTD_MAX_UPLOAD_BYTES", 1 << 30)?,
+            upload_ttl: Duration::from_secs(number("EXPORTD_UPLOAD_TTL_SECS", 86_400)?),
+            import_batch_rows: number("EXPORTD_IMPORT_BATCH_ROWS", 1000)?.max(1),
             site_root: std::env::var("LEPTOS_SITE_ROOT").unwrap_or_else(|_| "target/site".to_owned()),
         })
     }
@@ -173,6 +183,9 @@ impl Config {
             sweep_every: Duration::from_millis(60_000),
             orphan_margin: Duration::from_secs(60),
             worker_connections: 32,
+            max_upload_bytes: 1 << 30,
+            upload_ttl: Duration::from_secs(86_400),
+            import_batch_rows: 1000,
             site_root: "target/site".to_owned(),
         }
     }

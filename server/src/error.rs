@@ -18,6 +18,8 @@ pub enum AppError {
     CrossOrigin,
     #[error("the role may not export")]
     ExportNotPermitted(String),
+    #[error("the role may not import")]
+    ImportNotPermitted,
     #[error("permission revoked")]
     PermissionRevoked,
     #[error("export not found")]
@@ -34,6 +36,12 @@ pub enum AppError {
     ArtifactExpired,
     #[error("body too large")]
     BodyTooLarge,
+    /// An upload above `EXPORTD_MAX_UPLOAD_BYTES`; the limit in bytes.
+    #[error("upload too large")]
+    UploadTooLarge { max: u64 },
+    /// An upload that is not declared as CSV.
+    #[error("upload not csv")]
+    UploadNotCsv,
     #[error("unsupported media type")]
     UnsupportedMediaType,
     #[error("idempotency key missing")]
@@ -108,6 +116,7 @@ impl AppError {
             InvalidCredentials => ("invalid-credentials", StatusCode::UNAUTHORIZED, "Wrong email or password"),
             CrossOrigin => ("cross-origin", StatusCode::FORBIDDEN, "Cross-origin request refused"),
             ExportNotPermitted(_) => ("export-not-permitted", StatusCode::FORBIDDEN, "Your role may not export this"),
+            ImportNotPermitted => ("import-not-permitted", StatusCode::FORBIDDEN, "Only an admin may upload and import"),
             PermissionRevoked => ("permission-revoked", StatusCode::FORBIDDEN, "You are no longer allowed to download this export"),
             ExportNotFound => ("export-not-found", StatusCode::NOT_FOUND, "Export not found"),
             NotFound => ("not-found", StatusCode::NOT_FOUND, "Not found"),
@@ -117,6 +126,8 @@ impl AppError {
             ArtifactExpired => ("artifact-expired", StatusCode::GONE, "The file has expired"),
             BodyTooLarge => ("body-too-large", StatusCode::PAYLOAD_TOO_LARGE, "The body is larger than 64 KiB"),
             UnsupportedMediaType => ("unsupported-media-type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "The body must be application/json"),
+            UploadTooLarge { .. } => ("body-too-large", StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than the upload limit"),
+            UploadNotCsv => ("unsupported-media-type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "The body must be text/csv"),
             IdempotencyKeyMissing => ("idempotency-key-missing", StatusCode::BAD_REQUEST, "The Idempotency-Key header is required"),
             IdempotencyKeyInvalid(_) => ("idempotency-key-invalid", StatusCode::BAD_REQUEST, "The Idempotency-Key header is invalid"),
             MalformedJson(_) => ("malformed-json", StatusCode::BAD_REQUEST, "The body is not valid JSON"),
@@ -155,6 +166,7 @@ impl AppError {
                 problem.detail = Some(detail);
             }
             AppError::InvalidRequest(errors) => problem.errors = Some(errors),
+            AppError::UploadTooLarge { max } => problem.detail = Some(format!("at most {max} bytes")),
             AppError::IdempotencyKeyReused { operation_ref } => problem.operation_ref = Some(operation_ref),
             AppError::ExportAlreadyFinished(view) => problem.export = Some(view),
             AppError::TooManyExports { retry_after_secs } | AppError::RateLimited { retry_after_secs } | AppError::CreationPaused { retry_after_secs } => {

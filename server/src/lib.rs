@@ -15,6 +15,7 @@ pub mod entities;
 pub mod error;
 pub mod exports;
 pub mod faults;
+pub mod imports;
 pub mod job_store;
 pub mod links;
 pub mod metrics;

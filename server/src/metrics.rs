@@ -4,6 +4,7 @@
 //! same truth about them.
 
 use app::ExportStatus;
+use crate::job_store::kind::JobKind;
 use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 use sea_orm::{ConnectionTrait, DbErr, Statement};
 use std::ops::Deref;
@@ -50,6 +51,7 @@ pub struct Counters {
     /// HTTP answers by route (its pattern) and status.
     pub http_requests: IntCounterVec,
     exports: IntGaugeVec,
+    imports: IntGaugeVec,
     oldest: IntGaugeVec,
     checkpoint_stall: prometheus::IntGauge,
 }
@@ -105,9 +107,10 @@ impl Metrics {
             bytes_exported: counter(r, "exportd_bytes_exported_total", "Bytes of released files"),
             http_requests: counters(r, "exportd_http_requests_total", "HTTP answers by route and status", &["route", "status"]),
             exports: gauges(r, "exportd_exports", "Exports in the database by state"),
+            imports: gauges(r, "exportd_imports", "Imports in the database by state"),
             oldest: gauges(r, "exportd_oldest_export_age_seconds", "Age of the oldest export in each state (0 when none)"),
             checkpoint_stall: {
-                let g = prometheus::IntGauge::new("exportd_checkpoint_stall_seconds", "Seconds since the running export that progressed least recently last made progress (0 when none runs)")
+                let g = prometheus::IntGauge::new("exportd_checkpoint_stall_seconds", "Seconds since the running job that progressed least recently last made progress (0 when none runs)")
                     .unwrap_or_else(|e| panic!("metric exportd_checkpoint_stall_seconds: {e}"));
                 r.register(Box::new(g.clone())).unwrap_or_else(|e| panic!("metric exportd_checkpoint_stall_seconds: {e}"));
                 g
@@ -121,19 +124,27 @@ impl Metrics {
     pub async fn render<C: ConnectionTrait>(&self, db: &C) -> Result<String, DbErr> {
         let backend = db.get_database_backend();
         let now = crate::db::now_ms_sql(backend);
-        let sql = format!("SELECT status, COUNT(*) AS n, {now} - MIN(created_at) AS age_ms, {now} - MIN(last_progress_at) AS quiet_ms FROM exports GROUP BY status");
+        let sql = format!("SELECT kind, status, COUNT(*) AS n, {now} - MIN(created_at) AS age_ms, {now} - MIN(last_progress_at) AS quiet_ms FROM jobs GROUP BY kind, status");
         let rows = db.query_all_raw(Statement::from_string(backend, sql)).await?;
         for state in ExportStatus::ALL {
             self.exports.with_label_values(&[state.as_str()]).set(0);
+            self.imports.with_label_values(&[state.as_str()]).set(0);
             self.oldest.with_label_values(&[state.as_str()]).set(0);
         }
         let mut quiet_ms = 0i64;
         for row in rows {
+            let kind: String = row.try_get("", "kind")?;
             let state: String = row.try_get("", "status")?;
             let n: i64 = row.try_get("", "n")?;
             let age_ms: i64 = row.try_get("", "age_ms")?;
-            self.exports.with_label_values(&[state.as_str()]).set(n);
-            self.oldest.with_label_values(&[state.as_str()]).set(age_ms.max(0) / 1000);
+            match JobKind::parse(&kind) {
+                Some(JobKind::Export) => {
+                    self.exports.with_label_values(&[state.as_str()]).set(n);
+                    self.oldest.with_label_values(&[state.as_str()]).set(age_ms.max(0) / 1000);
+                }
+                Some(JobKind::Import) => self.imports.with_label_values(&[state.as_str()]).set(n),
+                None => {}
+            }
             if matches!(ExportStatus::parse(&state), Some(ExportStatus::Running | ExportStatus::CancelRequested)) {
                 quiet_ms = quiet_ms.max(row.try_get::<Option<i64>>("", "quiet_ms")?.unwrap_or(0));
             }

@@ -70,11 +70,11 @@ fn database(e: DbErr) -> String {
 
 /// `exportd jobs list`: one line per operation, newest first.
 pub async fn list_jobs<C: ConnectionTrait>(db: &C, state: Option<&str>, tenant: Option<&str>, limit: u64) -> Answer {
-    use crate::entities::{exports, tenants};
+    use crate::entities::{jobs, tenants};
     use sea_orm::{ColumnTrait, Condition, QueryFilter, QueryOrder, QuerySelect};
-    let mut find = exports::Entity::find();
+    let mut find = jobs::Entity::find();
     if let Some(state) = state {
-        find = find.filter(exports::Column::Status.eq(state));
+        find = find.filter(jobs::Column::Status.eq(state));
     }
     if let Some(tenant) = tenant {
         let found = tenants::Entity::find()
@@ -83,9 +83,9 @@ pub async fn list_jobs<C: ConnectionTrait>(db: &C, state: Option<&str>, tenant: 
             .await
             .map_err(database)?
             .ok_or_else(|| format!("no tenant {tenant:?}"))?;
-        find = find.filter(exports::Column::TenantId.eq(found.id));
+        find = find.filter(jobs::Column::TenantId.eq(found.id));
     }
-    let rows = find.order_by_desc(exports::Column::CreatedAt).order_by_desc(exports::Column::Id).limit(limit).all(db).await.map_err(database)?;
+    let rows = find.order_by_desc(jobs::Column::CreatedAt).order_by_desc(jobs::Column::Id).limit(limit).all(db).await.map_err(database)?;
     let mut out = String::new();
     for m in rows {
         out.push_str(&format!(
@@ -106,9 +106,9 @@ pub async fn list_jobs<C: ConnectionTrait>(db: &C, state: Option<&str>, tenant: 
 /// `exportd jobs show`: the record and its audit trail.
 pub async fn show_job<C: ConnectionTrait>(db: &C, id: &str) -> Answer {
     use crate::clock::rfc3339;
-    use crate::entities::{export_events, exports};
+    use crate::entities::{job_events, jobs};
     use sea_orm::{ColumnTrait, QueryFilter, QueryOrder};
-    let m = exports::Entity::find_by_id(id.to_owned()).one(db).await.map_err(database)?.ok_or_else(|| format!("no export {id:?}"))?;
+    let m = jobs::Entity::find_by_id(id.to_owned()).one(db).await.map_err(database)?.ok_or_else(|| format!("no export {id:?}"))?;
     let opt = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), rfc3339);
     let mut out = format!(
         "id: {}\nstatus: {}\ntenant: {}\nactor: {}\ndeployment: {}\nreport: {}\nkey: {}\nrequest: {}\nresolved: {}\n\
@@ -143,9 +143,9 @@ pub async fn show_job<C: ConnectionTrait>(db: &C, id: &str) -> Answer {
         rfc3339(m.updated_at),
         opt(m.finished_at),
     );
-    let events = export_events::Entity::find()
-        .filter(export_events::Column::ExportId.eq(id))
-        .order_by_asc(export_events::Column::Id)
+    let events = job_events::Entity::find()
+        .filter(job_events::Column::JobId.eq(id))
+        .order_by_asc(job_events::Column::Id)
         .all(db)
         .await
         .map_err(database)?;
@@ -178,7 +178,7 @@ pub async fn cancel_job(db: &sea_orm::DatabaseConnection, id: &str) -> Answer {
 /// `exportd jobs redrive`: a failed operation back to `queued`, in its own deployment.
 pub async fn redrive_job(db: &sea_orm::DatabaseConnection, id: &str) -> Answer {
     use crate::job_store::transitions::{self, Outcome};
-    let failed = crate::entities::exports::Entity::find_by_id(id.to_owned()).one(db).await.map_err(database)?.is_some_and(|m| m.status == "failed");
+    let failed = crate::entities::jobs::Entity::find_by_id(id.to_owned()).one(db).await.map_err(database)?.is_some_and(|m| m.status == "failed");
     if failed {
         // What its steps produced may have been swept since it failed: it starts again.
         crate::job_store::checkpoints::forget(db, id).await.map_err(database)?;

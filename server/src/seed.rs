@@ -126,11 +126,13 @@ async fn seed_orders(db: &DatabaseConnection, tenant_id: &str, n: u32, now_ms: i
     for c in 0..n_customers {
         let first = rng.pick(&FIRST);
         let last = rng.pick(&LAST);
+        let email = format!("customer{c}@{}.example", tenant_id.trim_start_matches("ten_"));
         customers.push(customers::ActiveModel {
             id: NotSet,
             tenant_id: Set(tenant_id.to_owned()),
             name: Set(format!("{first} {last}")),
-            email: Set(format!("customer{c}@{}.example", tenant_id.trim_start_matches("ten_"))),
+            email_key: Set(migrations::email_key(&email)),
+            email: Set(email),
             phone: Set(format!("+9665{:08}", rng.next() % 100_000_000)),
             country: Set(rng.pick(&COUNTRIES).to_owned()),
             created_at: Set(now_ms - rng.below(TWO_YEARS_MS) as i64),
@@ -177,6 +179,7 @@ async fn seed_orders(db: &DatabaseConnection, tenant_id: &str, n: u32, now_ms: i
             total_cents: Set(order.total),
             currency: Set(currency.to_owned()),
             notes: Set(order.notes.to_owned()),
+            order_ref: Set(Some(format!("SO-{:07}", i + 1))),
         });
         if batch.len() == BATCH || i + 1 == n {
             orders::Entity::insert_many(std::mem::take(&mut batch)).exec_without_returning(&txn).await?;

@@ -65,6 +65,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/exports/{id}", get(controllers::exports::show))
         .route("/exports/{id}/download", get(controllers::downloads::download))
         .route("/exports/{id}/parts/{n}/download", get(controllers::downloads::download_part))
+        .route("/uploads", post(controllers::uploads::create))
         .route("/openapi.json", get(controllers::openapi::openapi_json))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed);
@@ -205,8 +206,13 @@ pub async fn serve(listener: tokio::net::TcpListener, router: Router, shutdown: 
 }
 
 /// Answers 408 `request-timeout` for a request that has no answer within [`REQUEST_TIMEOUT`].
+/// An upload is bound differently: its body may take long to arrive, but never pause for longer
+/// than [`REQUEST_TIMEOUT`] (see [`crate::imports::uploads::upload`]).
 async fn bounded(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
     use axum::response::IntoResponse;
+    if req.method() == axum::http::Method::POST && req.uri().path() == "/api/uploads" {
+        return next.run(req).await;
+    }
     match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => AppError::RequestTimeout.into_response(),

@@ -33,7 +33,7 @@ on_both_backends!(for_every_endpoint_another_tenants_or_actors_id_answers_like_a
     // The list shows only your own.
     let listed: Value = alice.get(app.url("/api/exports")).send().await.unwrap().json().await.unwrap();
     assert_eq!(listed["items"], json!([]));
-    assert_eq!(app.scalar("SELECT COUNT(*) FROM exports WHERE status = 'queued'").await, 1);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM jobs WHERE status = 'queued'").await, 1);
     app.stop().await;
 });
 
@@ -145,14 +145,14 @@ on_both_backends!(cancel_answers_by_state_and_a_finished_export_is_409_with_its_
     assert_eq!(cancel(queued.clone()).await.unwrap().status(), 200);
 
     let running = create("r").await.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
-    app.exec(&format!("UPDATE exports SET status = 'running', generation = 1 WHERE id = '{running}'")).await;
+    app.exec(&format!("UPDATE jobs SET status = 'running', generation = 1 WHERE id = '{running}'")).await;
     let resp = cancel(running.clone()).await.unwrap();
     assert_eq!(resp.status(), 202);
     assert_eq!(resp.json::<Value>().await.unwrap()["status"], "cancel_requested");
     assert_eq!(cancel(running.clone()).await.unwrap().status(), 202);
 
     let ready = create("d").await.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
-    app.exec(&format!("UPDATE exports SET status = 'ready' WHERE id = '{ready}'")).await;
+    app.exec(&format!("UPDATE jobs SET status = 'ready' WHERE id = '{ready}'")).await;
     let problem = expect_problem(cancel(ready.clone()).await.unwrap(), 409, "export-already-finished").await;
     assert_eq!(problem["export"]["id"], ready.as_str());
     assert_eq!(problem["export"]["status"], "ready");

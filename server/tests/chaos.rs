@@ -242,18 +242,18 @@ async fn hundreds_of_duplicated_intents_through_kills_freezes_an_outage_and_a_re
 
     // Every intent is one operation, and every operation ends.
     let db = p.connect().await;
-    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM exports").await, INTENTS as i64, "one operation per intent");
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM jobs").await, INTENTS as i64, "one operation per intent");
     eventually("every operation has ended", Duration::from_secs(240), || {
         let db = db.clone();
-        async move { scalar(&db, "SELECT COUNT(*) FROM exports WHERE status NOT IN ('ready', 'failed', 'cancelled')").await == 0 }
+        async move { scalar(&db, "SELECT COUNT(*) FROM jobs WHERE status NOT IN ('ready', 'failed', 'cancelled')").await == 0 }
     })
     .await;
-    let rows = support::procs::rows(&db, "SELECT id, status, tenant_id, artifact_sha256, error_code FROM exports").await;
+    let rows = support::procs::rows(&db, "SELECT id, status, tenant_id, artifact_sha256, error_code FROM jobs").await;
     let mut by_status: BTreeMap<String, usize> = BTreeMap::new();
     for row in &rows {
         let (id, status, tenant, sha, code) = (&row[0], &row[1], &row[2], &row[3], &row[4]);
         *by_status.entry(format!("{status} {code}")).or_default() += 1;
-        let releases = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND to_status = 'ready'")).await;
+        let releases = scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND to_status = 'ready'")).await;
         assert_eq!(releases, i64::from(status == "ready"), "{id}: {status}, released {releases} times");
         if status == "failed" {
             assert!(code == "permission_revoked" || code == "storage_unavailable", "{id} failed with {code}");
@@ -287,7 +287,7 @@ async fn hundreds_of_duplicated_intents_through_kills_freezes_an_outage_and_a_re
         })
         .await;
     }
-    let trail = support::procs::rows(&db, "SELECT detail, CAST(COUNT(*) AS VARCHAR) FROM export_events WHERE detail IN ('storage_unavailable', 'worker_lost', 'stalled', 'handed back') GROUP BY detail").await;
+    let trail = support::procs::rows(&db, "SELECT detail, CAST(COUNT(*) AS VARCHAR) FROM job_events WHERE detail IN ('storage_unavailable', 'worker_lost', 'stalled', 'handed back') GROUP BY detail").await;
     let trail: BTreeMap<String, String> = trail.into_iter().map(|r| (r[0].clone(), r[1].clone())).collect();
     let fleet_procs: Vec<Proc> = (0..3).filter_map(|i| fleet.take(i)).collect();
     for mut w in fleet_procs {

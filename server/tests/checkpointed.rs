@@ -5,7 +5,7 @@
 
 mod support;
 
-use exportd::entities::exports;
+use exportd::entities::jobs;
 use sea_orm::EntityTrait;
 use serde_json::Value;
 use std::time::Duration;
@@ -44,7 +44,7 @@ async fn checkpoints(p: &Prepared, id: &str) -> Vec<(i64, i64)> {
 /// The audit rows of the job's checkpoints, `(detail, generation)`, in the order they were made.
 async fn checkpoint_events(p: &Prepared, id: &str) -> Vec<(String, i64)> {
     let db = p.connect().await;
-    rows(&db, &format!("SELECT detail, CAST(generation AS TEXT) FROM export_events WHERE export_id = '{id}' AND detail LIKE 'checkpoint %' ORDER BY id"))
+    rows(&db, &format!("SELECT detail, CAST(generation AS TEXT) FROM job_events WHERE job_id = '{id}' AND detail LIKE 'checkpoint %' ORDER BY id"))
         .await
         .iter()
         .map(|r| (r[0].clone(), r[1].parse().unwrap()))
@@ -168,7 +168,7 @@ on_both_backends!(a_worker_paused_past_its_lease_with_part_3_staged_has_its_late
     a.signal("STOP");
     assert_eq!(checkpoints(&p, &id).await, vec![(1, 1), (2, 1)], "part 3 is staged, not checkpointed");
     let db = p.connect().await;
-    let stale = exports::Entity::find_by_id(id.clone()).one(&db).await.unwrap().unwrap();
+    let stale = jobs::Entity::find_by_id(id.clone()).one(&db).await.unwrap().unwrap();
 
     let others: Vec<Proc> = ["b", "c", "d"].iter().map(|l| p.worker(l, &[], &[])).collect();
     let done = api.wait_status(&id, &["ready", "failed"], LONG).await;
@@ -201,7 +201,7 @@ on_both_backends!(a_worker_paused_past_its_lease_with_part_3_staged_has_its_late
     download_and_check(&api, &p, &id, &done).await;
     let generation_of_part_3 = text(&db, &format!("SELECT CAST(generation AS TEXT) FROM job_checkpoints WHERE job_id = '{id}' AND seq = 3")).await;
     assert_eq!(generation_of_part_3.as_deref(), Some("2"));
-    assert_eq!(scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND from_status = 'running' AND to_status = 'ready'")).await, 1, "one release");
+    assert_eq!(scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND from_status = 'running' AND to_status = 'ready'")).await, 1, "one release");
     a.signal("TERM");
     a.wait_exit(LONG).await;
     stop_all(others).await;

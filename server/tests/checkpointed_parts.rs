@@ -188,7 +188,7 @@ on_both_backends!(a_store_outage_during_part_3_waits_to_retry_and_resumes_at_par
     let resumed = cps[2].1;
     assert!(resumed > 1 && cps[2..].iter().all(|(_, g)| *g == resumed), "one later attempt did parts 3 to 6: {cps:?}");
     let retried = app
-        .scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND from_status = 'running' AND to_status = 'retry_wait' AND generation = 1"))
+        .scalar(&format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND from_status = 'running' AND to_status = 'retry_wait' AND generation = 1"))
         .await;
     assert_eq!(retried, 1, "the outage is in the audit trail");
     let (_, bytes) = download(&app, &bob, &format!("/api/exports/{id}/download")).await;
@@ -229,7 +229,7 @@ on_both_backends!(an_expired_bundle_deletes_its_manifest_and_parts_and_reads_as_
     let part_link = bob.get(app.url(&format!("/api/exports/{id}/parts/2/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
     let bundle_link = bob.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
 
-    app.exec(&format!("UPDATE exports SET artifact_expires_at = 1 WHERE id = '{id}'")).await;
+    app.exec(&format!("UPDATE jobs SET artifact_expires_at = 1 WHERE id = '{id}'")).await;
     let deadline = tokio::time::Instant::now() + LONG;
     while view(&app, &bob, &id).await["artifact"]["expired"] != true {
         assert!(tokio::time::Instant::now() < deadline, "not expired");
@@ -268,7 +268,7 @@ on_both_backends!(consistency_and_compression_are_validated_and_enter_the_finger
     for changed in [json!({"report": "orders", "consistency": "checkpointed"}), json!({"report": "orders", "options": {"compression": "gzip"}})] {
         expect_problem(app.create(&bob, "k1", &changed).await, 422, "idempotency-key-reused").await;
     }
-    let stored = app.scalar("SELECT COUNT(*) FROM exports WHERE fingerprint IS NOT NULL").await;
+    let stored = app.scalar("SELECT COUNT(*) FROM jobs WHERE fingerprint IS NOT NULL").await;
     assert_eq!(stored, 1, "the refused requests stored nothing");
 
     // The parts of an export that has none, or not yet, or that do not exist.

@@ -28,10 +28,13 @@ const NASTY: &[&str] = &[
     "he said \"no\"",
     "",
     "trailing space ",
+    "'=already quoted",
 ];
 
 fn defused(text: &str) -> String {
-    if text.starts_with(['=', '+', '-', '@', '\t', '\r', '\n']) {
+    // A `'` before a cell that is defused is defused too, so an import reads the cell back.
+    let quoted_formula = text.strip_prefix('\'').is_some_and(|rest| defused(rest) != rest);
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r', '\n']) || quoted_formula {
         format!("'{text}")
     } else {
         text.to_owned()

@@ -20,7 +20,7 @@ async fn ready_file(app: &TestApp, client: &reqwest::Client) -> (String, String)
 }
 
 async fn downloads_recorded(app: &TestApp, id: &str) -> i64 {
-    app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND detail LIKE 'downloaded%'")).await
+    app.scalar(&format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND detail LIKE 'downloaded%'")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -31,7 +31,7 @@ async fn create(api: &Api, key: &str) -> String {
 /// `exports/` whose bytes are its digest, served as such.
 async fn published_once(p: &Prepared, api: &Api, tenant: &str, id: &str) {
     let db = p.connect().await;
-    let releases = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND to_status = 'ready'")).await;
+    let releases = scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND to_status = 'ready'")).await;
     assert_eq!(releases, 1, "{id}: one release");
     let view = api.view(id).await;
     let sha = view["artifact"]["sha256"].as_str().unwrap_or_else(|| panic!("{id} has no artifact: {view}")).to_owned();
@@ -84,14 +84,14 @@ async fn the_janitor_skips_lapsed_jobs_held_from_psql_ends_the_others_and_a_canc
     let now = exportd::db::now_ms_sql(db.get_database_backend());
     let list = ids.iter().map(|id| format!("'{id}'")).collect::<Vec<_>>().join(",");
     db.execute_unprepared(&format!(
-        "UPDATE exports SET status = 'running', generation = 1, attempt = 1, lease_owner = 'worker:gone', \
+        "UPDATE jobs SET status = 'running', generation = 1, attempt = 1, lease_owner = 'worker:gone', \
          lease_expires_at = {now} - 60000, last_progress_at = {now} - 60000 WHERE id IN ({list})"
     ))
     .await
     .unwrap();
     // The first and the last are held, as by processes frozen inside a transition of theirs.
     let (first, last) = (ids[0].clone(), ids[4].clone());
-    let held = Holder::psql(&p.db_url, &format!("SELECT 1 FROM exports WHERE id IN ('{first}', '{last}') FOR NO KEY UPDATE;")).await;
+    let held = Holder::psql(&p.db_url, &format!("SELECT 1 FROM jobs WHERE id IN ('{first}', '{last}') FOR NO KEY UPDATE;")).await;
     // A janitor (its worker serves another deployment, so the ended jobs stay where it put them).
     let mut janitor = p.worker("janitor", &[], &["--deployments", "uae"]);
     for id in &ids[1..4] {
@@ -160,7 +160,7 @@ async fn processes_frozen_inside_a_claim_and_a_release_stop_no_other_claim_heart
     let view = api.wait_status(&orphaned, &["ready"], LONG).await;
     assert_eq!(view["attempt"], 2, "the janitor ended the killed worker's lease: {view}");
     let db = p.connect().await;
-    let lost = scalar(&db, "SELECT COUNT(*) FROM export_events WHERE detail = 'worker_lost'").await;
+    let lost = scalar(&db, "SELECT COUNT(*) FROM job_events WHERE detail = 'worker_lost'").await;
     assert!(lost >= 1, "the janitor ended lapsed leases while the frozen processes held their rows");
 
     // Both frozen processes wake: nothing is duplicated.
@@ -180,7 +180,7 @@ async fn processes_frozen_inside_a_claim_and_a_release_stop_no_other_claim_heart
     } else {
         eventually("the cancelled export's file is swept", LONG, || async { p.objects(&format!("exports/ten_acme/{released_frozen}")).is_empty() }).await;
     }
-    let claims = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{claimed_frozen}' AND detail = 'claimed'")).await;
+    let claims = scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{claimed_frozen}' AND detail = 'claimed'")).await;
     assert_eq!(claims, 1, "the frozen claim committed nothing: one claim of it, by another worker");
     for mut w in healthy.into_iter().chain([in_claim, in_release]) {
         w.signal("TERM");
@@ -204,7 +204,7 @@ async fn a_writer_waiting_on_a_held_sqlite_write_lock_gives_up_within_seconds_an
     let (status, body) = api.create("while-held", &small()).await;
     assert_eq!(status, 202, "the same key, retried, creates the operation: {body}");
     let db = p.connect().await;
-    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM exports WHERE idempotency_key = 'while-held'").await, 1);
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM jobs WHERE idempotency_key = 'while-held'").await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -236,7 +236,7 @@ async fn a_process_frozen_inside_a_sqlite_write_transaction_costs_others_seconds
     // wakes — nothing can end a SQLite transaction from outside — with its lease long lapsed, so
     // the janitor may take the job back as lost and claim it anew: fenced, never duplicated.)
     let db = p.connect().await;
-    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM exports").await, 2, "one operation per key");
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM jobs").await, 2, "one operation per key");
     frozen.signal("TERM");
     assert!(frozen.wait_exit(LONG).await.success());
 }
@@ -315,7 +315,7 @@ on_both_backends!(an_attempt_that_hangs_inside_its_own_worker_is_ended_stalled_b
     assert_eq!(view["status"], "retry_wait", "{view}");
     assert_eq!(view["error"]["code"], "stalled", "{view}");
     let db = p.connect().await;
-    let by_janitor = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND detail = 'stalled' AND actor LIKE 'janitor:%'")).await;
+    let by_janitor = scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND detail = 'stalled' AND actor LIKE 'janitor:%'")).await;
     assert_eq!(by_janitor, 1, "the janitor ended it");
     let healthy = p.worker("healthy", &[stall], &[]);
     let view = api.wait_status(&id, &["ready", "failed"], LONG).await;
@@ -342,7 +342,7 @@ async fn a_worker_asked_for_sixty_four_jobs_opens_no_more_connections_than_its_b
     let db = p.connect().await;
     eventually("jobs run", LONG, || {
         let db = db.clone();
-        async move { scalar(&db, "SELECT COUNT(*) FROM exports WHERE status = 'running'").await > 0 }
+        async move { scalar(&db, "SELECT COUNT(*) FROM jobs WHERE status = 'running'").await > 0 }
     })
     .await;
     // The worker's connections (everything on this database but the API's and the test's own),
@@ -351,7 +351,7 @@ async fn a_worker_asked_for_sixty_four_jobs_opens_no_more_connections_than_its_b
     for _ in 0..30 {
         let n = scalar(&db, "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name <> 'exportd-api'").await;
         connections = connections.max(n);
-        running = running.max(scalar(&db, "SELECT COUNT(*) FROM exports WHERE status = 'running'").await);
+        running = running.max(scalar(&db, "SELECT COUNT(*) FROM jobs WHERE status = 'running'").await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(connections <= 32, "the worker held {connections} connections");

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use support::{expect_problem, send_together, Backend, FixedClock, Options, TestApp};
 
 async fn export_count(app: &TestApp) -> i64 {
-    app.scalar("SELECT COUNT(*) FROM exports").await
+    app.scalar("SELECT COUNT(*) FROM jobs").await
 }
 
 on_both_backends!(sixty_four_concurrent_posts_with_one_key_make_one_row, |backend| {
@@ -25,7 +25,7 @@ on_both_backends!(sixty_four_concurrent_posts_with_one_key_make_one_row, |backen
             ids.insert(id.expect("an id"));
         }
         assert_eq!(ids.len(), 1, "round {round}: {ids:?}");
-        assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM exports WHERE idempotency_key = '{key}'")).await, 1);
+        assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM jobs WHERE idempotency_key = '{key}'")).await, 1);
     }
     assert_eq!(export_count(&app).await, 20);
     app.stop().await;

@@ -72,7 +72,7 @@ on_both_backends!(a_lapsed_lease_counts_as_an_attempt_and_ends_failed_worker_los
     assert_eq!(last["status"], "failed", "{last}");
     assert_eq!(last["error"]["code"], "worker_lost");
     assert_eq!(last["error"]["retryable"], true);
-    let by_janitor = app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND actor LIKE 'janitor:%' AND from_status = 'running'")).await;
+    let by_janitor = app.scalar(&format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND actor LIKE 'janitor:%' AND from_status = 'running'")).await;
     assert_eq!(by_janitor, 2);
     app.stop().await;
 });
@@ -139,7 +139,7 @@ on_both_backends!(a_record_past_retention_is_purged_and_its_key_may_be_used_agai
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(app.objects("exports").is_empty(), "its file went with it");
-    assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}'")).await, 0);
+    assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}'")).await, 0);
     let resp = app.create(&bob, "purged", &everything("orders")).await;
     assert_eq!(resp.status(), 202);
     assert!(resp.headers().get("idempotent-replayed").is_none(), "a new operation, not a replay");
@@ -225,7 +225,7 @@ on_both_backends!(a_job_in_retry_wait_that_no_worker_claims_ends_failed_no_worke
     let id = create_id(&app, &bob, "retried-but-unserved").await;
     // An attempt failed and its retry came due; no worker of the job's deployment is left.
     let now = exportd::db::now_ms_sql(app.db.get_database_backend());
-    app.exec(&format!("UPDATE exports SET status = 'retry_wait', attempt = 1, generation = 1, next_attempt_at = {now} - 500, error_code = 'storage_unavailable' WHERE id = '{id}'")).await;
+    app.exec(&format!("UPDATE jobs SET status = 'retry_wait', attempt = 1, generation = 1, next_attempt_at = {now} - 500, error_code = 'storage_unavailable' WHERE id = '{id}'")).await;
     let janitor = ctx(&app).await;
     janitor::pass(&janitor, false).await.unwrap();
     assert_eq!(view(&app, &bob, &id).await["status"], "retry_wait", "not before the TTL");

@@ -28,6 +28,7 @@ async fn the_served_openapi_document_matches_the_reviewed_snapshot() {
             "/api/exports/{id}/parts/{n}/download",
             "/api/openapi.json",
             "/api/session",
+            "/api/uploads",
             "/files/{id}",
             "/healthz",
             "/readyz"

@@ -53,9 +53,9 @@ on_both_backends!(an_operator_lists_shows_cancels_and_redrives_jobs_in_their_own
     let done = api.wait_status(&id, &["ready", "failed"], LONG).await;
     assert_eq!((done["status"].as_str(), done["attempt"].as_i64()), (Some("ready"), Some(1)), "{done}");
     let db = p.connect().await;
-    let claimer = support::procs::text(&db, &format!("SELECT actor FROM export_events WHERE export_id = '{id}' AND detail = 'claimed' ORDER BY id DESC")).await.unwrap();
+    let claimer = support::procs::text(&db, &format!("SELECT actor FROM job_events WHERE job_id = '{id}' AND detail = 'claimed' ORDER BY id DESC")).await.unwrap();
     assert!(ksa_id.contains(&claimer), "claimed by the ksa worker: {claimer} / {ksa_id}");
-    let by_operator = support::procs::scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND actor = 'operator' AND detail = 'redriven'")).await;
+    let by_operator = support::procs::scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND actor = 'operator' AND detail = 'redriven'")).await;
     assert_eq!(by_operator, 1);
     let (status, bytes) = api.download(&id).await;
     assert_eq!(status, 200);
@@ -108,7 +108,7 @@ on_both_backends!(drain_pauses_creation_on_every_instance_while_reads_cancels_do
         assert_eq!(resp.headers()["retry-after"], "30");
         let body: serde_json::Value = resp.json().await.unwrap();
         assert_eq!(body["code"], "creation-paused", "{body}");
-        assert_eq!(support::procs::scalar(&db, &format!("SELECT COUNT(*) FROM exports WHERE idempotency_key = '{key}'")).await, 0, "nothing stored");
+        assert_eq!(support::procs::scalar(&db, &format!("SELECT COUNT(*) FROM jobs WHERE idempotency_key = '{key}'")).await, 0, "nothing stored");
         // A replay of an existing key still answers as before; reads and downloads go on.
         let (status, replay) = api.create("before", &everything("orders")).await;
         assert_eq!((status, replay["id"].as_str()), (202, Some(done.as_str())), "{replay}");

@@ -181,7 +181,7 @@ async fn sixty_four_posts_with_one_key_over_two_server_processes_on_postgres_mak
     let check = sea_orm::Database::connect(db.as_str()).await.unwrap();
     use sea_orm::ConnectionTrait;
     let row = check
-        .query_one_raw(sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, "SELECT COUNT(*) AS n FROM exports"))
+        .query_one_raw(sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, "SELECT COUNT(*) AS n FROM jobs"))
         .await
         .unwrap()
         .unwrap();

@@ -18,7 +18,7 @@ on_both_backends!(a_create_through_a_server_function_from_another_origin_is_refu
     expect_problem(resp, 403, "cross-origin").await;
     let resp = call(&bob, &app, "create_export", args).header("sec-fetch-site", "cross-site").send().await.unwrap();
     expect_problem(resp, 403, "cross-origin").await;
-    assert_eq!(app.scalar("SELECT COUNT(*) FROM exports").await, 0);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM jobs").await, 0);
     app.stop().await;
 });
 
@@ -37,7 +37,7 @@ on_both_backends!(a_server_function_create_is_idempotent_on_its_key_like_the_res
     assert_eq!(rest.headers()["idempotent-replayed"], "true");
     let rest: Value = rest.json().await.unwrap();
     assert_eq!(rest["id"], first["id"]);
-    assert_eq!(app.scalar("SELECT COUNT(*) FROM exports").await, 1);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM jobs").await, 1);
 
     let status: Value = call(&bob, &app, "export_status", json!({"id": first["id"]})).send().await.unwrap().json().await.unwrap();
     assert_eq!(status["id"], first["id"]);
@@ -73,6 +73,6 @@ on_both_backends!(a_server_functions_errors_are_the_typed_problem_with_their_htt
     expect_problem(resp, 403, "export-not-permitted").await;
     let resp = call(&bob, &app, "download_link", json!({"id": "exp_nope"})).send().await.unwrap();
     expect_problem(resp, 404, "export-not-found").await;
-    assert_eq!(app.scalar("SELECT COUNT(*) FROM exports").await, 0);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM jobs").await, 0);
     app.stop().await;
 });

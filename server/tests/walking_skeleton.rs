@@ -90,7 +90,7 @@ on_both_backends!(the_same_post_twice_with_one_key_is_one_operation_and_one_row,
     assert_eq!(second.headers()["idempotent-replayed"], "true");
     let second: Value = second.json().await.unwrap();
     assert_eq!(first["id"], second["id"]);
-    assert_eq!(app.scalar("SELECT COUNT(*) FROM exports").await, 1);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM jobs").await, 1);
     app.stop().await;
 });
 
@@ -131,7 +131,7 @@ on_both_backends!(a_viewer_may_not_export_and_a_missing_key_is_refused, |backend
     let resp = app.create(&anon, "k", &json!({"report": "orders"})).await;
     let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
     assert_problem(401, &ct, &resp.json().await.unwrap(), "unauthenticated");
-    assert_eq!(app.scalar("SELECT COUNT(*) FROM exports").await, 0);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM jobs").await, 0);
     app.stop().await;
 });
 

@@ -114,11 +114,11 @@ async fn count_updates(app: &TestApp) {
         support::Backend::Postgres => {
             app.exec("CREATE TABLE update_log (export_id TEXT NOT NULL)").await;
             app.exec("CREATE FUNCTION log_update() RETURNS trigger AS $$ BEGIN INSERT INTO update_log VALUES (NEW.id); RETURN NEW; END $$ LANGUAGE plpgsql").await;
-            app.exec("CREATE TRIGGER exports_updates AFTER UPDATE ON exports FOR EACH ROW EXECUTE FUNCTION log_update()").await;
+            app.exec("CREATE TRIGGER exports_updates AFTER UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION log_update()").await;
         }
         support::Backend::Sqlite => {
             app.exec("CREATE TABLE update_log (export_id TEXT NOT NULL)").await;
-            app.exec("CREATE TRIGGER exports_updates AFTER UPDATE ON exports BEGIN INSERT INTO update_log VALUES (NEW.id); END").await;
+            app.exec("CREATE TRIGGER exports_updates AFTER UPDATE ON jobs BEGIN INSERT INTO update_log VALUES (NEW.id); END").await;
         }
     }
 }
@@ -132,8 +132,8 @@ on_both_backends!(progress_is_written_about_once_a_second_not_once_per_page, |ba
     assert_eq!(done["status"], "ready", "{done}");
     assert!(done["artifact"]["rows"].as_i64().unwrap() > 20_000);
     let updates = app.scalar(&format!("SELECT COUNT(*) FROM update_log WHERE export_id = '{id}'")).await;
-    let claimed = app.scalar(&format!("SELECT MIN(at) FROM export_events WHERE export_id = '{id}' AND to_status = 'running'")).await;
-    let released = app.scalar(&format!("SELECT MAX(at) FROM export_events WHERE export_id = '{id}' AND to_status = 'ready'")).await;
+    let claimed = app.scalar(&format!("SELECT MIN(at) FROM job_events WHERE job_id = '{id}' AND to_status = 'running'")).await;
+    let released = app.scalar(&format!("SELECT MAX(at) FROM job_events WHERE job_id = '{id}' AND to_status = 'ready'")).await;
     let seconds = ((released - claimed) as f64 / 1000.0).ceil() as i64;
     // Claim, rows counted, the fence before publishing and the release, plus about one write a second.
     assert!(updates <= 6 + 2 * seconds, "{updates} updates of the export's row in {seconds} s");
@@ -216,9 +216,9 @@ on_both_backends!(a_cancel_while_queued_ends_it_at_once_and_no_worker_ever_runs_
     let again = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
     assert_eq!(again.status(), 200, "cancelling a cancelled export answers the same");
     tokio::time::sleep(Duration::from_millis(1500)).await; // two claim polls: nothing claimable
-    let claims = app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND to_status = 'running'")).await;
+    let claims = app.scalar(&format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND to_status = 'running'")).await;
     assert_eq!(claims, 0);
-    let moved = app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND from_status = 'queued' AND to_status = 'cancelled'")).await;
+    let moved = app.scalar(&format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND from_status = 'queued' AND to_status = 'cancelled'")).await;
     assert_eq!(moved, 1);
     app.stop().await;
 });
@@ -378,7 +378,7 @@ on_both_backends!(a_store_outage_waits_and_retries_and_a_recovered_export_shows_
         .db
         .query_all_raw(Statement::from_string(
             app.db.get_database_backend(),
-            format!("SELECT from_status, to_status, CAST(generation AS BIGINT) FROM export_events WHERE export_id = '{id}' AND (from_status IS NULL OR from_status <> to_status) ORDER BY id"),
+            format!("SELECT from_status, to_status, CAST(generation AS BIGINT) FROM job_events WHERE job_id = '{id}' AND (from_status IS NULL OR from_status <> to_status) ORDER BY id"),
         ))
         .await
         .unwrap();
@@ -418,17 +418,17 @@ on_both_backends!(a_duplicate_delivery_of_a_finished_job_changes_nothing, |backe
     let bob = app.login("bob@acme.test").await;
     let id = create_id(&app, &bob, "delivered-twice", &everything("orders")).await;
     assert_eq!(app.wait_terminal(&bob, &id, Duration::from_secs(20)).await["status"], "ready");
-    let before = exportd::entities::exports::Entity::find_by_id(id.clone()).one(&app.db).await.unwrap().unwrap();
-    let events = app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}'")).await;
+    let before = exportd::entities::jobs::Entity::find_by_id(id.clone()).one(&app.db).await.unwrap().unwrap();
+    let events = app.scalar(&format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}'")).await;
     let objects = app.objects("");
     // The same claim delivered again, to a worker of its deployment and to one of another.
     for deployments in [vec![], vec!["ksa".to_owned()], vec!["uae".to_owned()]] {
         let ctx = app.worker_context(exportd::config::WorkerConfig { deployments, concurrency: 1 }).await;
         exportd::worker::jobs::export_csv::run(&ctx, before.clone()).await;
     }
-    let after = exportd::entities::exports::Entity::find_by_id(id.clone()).one(&app.db).await.unwrap().unwrap();
+    let after = exportd::entities::jobs::Entity::find_by_id(id.clone()).one(&app.db).await.unwrap().unwrap();
     assert_eq!(after, before);
-    assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}'")).await, events);
+    assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}'")).await, events);
     assert_eq!(app.objects(""), objects);
     app.stop().await;
 });

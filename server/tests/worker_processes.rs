@@ -29,7 +29,7 @@ on_both_backends!(a_worker_stopped_on_sigterm_mid_export_hands_its_job_back_with
     eventually("progress recorded", LONG, || {
         let db = db.clone();
         let id = id.clone();
-        async move { scalar(&db, &format!("SELECT rows_written FROM exports WHERE id = '{id}'")).await > 0 }
+        async move { scalar(&db, &format!("SELECT rows_written FROM jobs WHERE id = '{id}'")).await > 0 }
     })
     .await;
     a.signal("TERM");
@@ -39,7 +39,7 @@ on_both_backends!(a_worker_stopped_on_sigterm_mid_export_hands_its_job_back_with
     assert_eq!(view["attempt"], 0, "a hand-back does not count as an attempt");
     assert_eq!(view["progress"]["rows_written"], 0, "{view}");
     assert!(view["progress"]["rows_total"].is_null(), "{view}");
-    let moved = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND from_status = 'running' AND to_status = 'queued' AND generation = 1")).await;
+    let moved = scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND from_status = 'running' AND to_status = 'queued' AND generation = 1")).await;
     assert_eq!(moved, 1, "the hand-back is in the audit trail");
 });
 
@@ -84,9 +84,9 @@ async fn paused_past_the_lease(backend: Backend, point: &str) {
     assert!(String::from_utf8_lossy(&bytes).contains("changed after the first snapshot"));
     let view = api.view(&id).await;
     assert_eq!(view["artifact"]["sha256"], winner.as_str(), "the old worker changed nothing: {view}");
-    let released = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND from_status = 'running' AND to_status = 'ready'")).await;
+    let released = scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND from_status = 'running' AND to_status = 'ready'")).await;
     assert_eq!(released, 1, "one release");
-    let generation = scalar(&db, &format!("SELECT CAST(generation AS BIGINT) FROM export_events WHERE export_id = '{id}' AND from_status = 'running' AND to_status = 'ready'")).await;
+    let generation = scalar(&db, &format!("SELECT CAST(generation AS BIGINT) FROM job_events WHERE job_id = '{id}' AND from_status = 'running' AND to_status = 'ready'")).await;
     assert_eq!(generation, 2);
     for mut w in others {
         w.signal("TERM");
@@ -122,14 +122,14 @@ on_both_backends!(twenty_jobs_at_once_keep_their_leases_while_each_holds_its_sna
     let now = exportd::db::now_ms_sql(db.get_database_backend());
     eventually("all twenty are running", Duration::from_secs(20), || {
         let db = db.clone();
-        async move { scalar(&db, "SELECT COUNT(*) FROM exports WHERE status = 'running'").await == 20 }
+        async move { scalar(&db, "SELECT COUNT(*) FROM jobs WHERE status = 'running'").await == 20 }
     })
     .await;
     // While every job sits mid-stream holding its snapshot, each lease keeps being renewed.
     for _ in 0..16 {
-        let expired = scalar(&db, &format!("SELECT COUNT(*) FROM exports WHERE status = 'running' AND lease_expires_at < {now}")).await;
+        let expired = scalar(&db, &format!("SELECT COUNT(*) FROM jobs WHERE status = 'running' AND lease_expires_at < {now}")).await;
         if expired > 0 {
-            let detail = text(&db, &format!("SELECT id || ' lease ' || CAST(lease_expires_at - {now} AS TEXT) || ' ms, rows ' || CAST(rows_written AS TEXT) || '/' || COALESCE(CAST(rows_total AS TEXT), '?') FROM exports WHERE status = 'running' AND lease_expires_at < {now}")).await;
+            let detail = text(&db, &format!("SELECT id || ' lease ' || CAST(lease_expires_at - {now} AS TEXT) || ' ms, rows ' || CAST(rows_written AS TEXT) || '/' || COALESCE(CAST(rows_total AS TEXT), '?') FROM jobs WHERE status = 'running' AND lease_expires_at < {now}")).await;
             panic!("a lease expired while its worker was alive: {detail:?}");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -208,7 +208,7 @@ on_both_backends!(a_worker_killed_mid_export_is_replaced_and_its_job_finishes_wi
     eventually("progress recorded mid-export", LONG, || {
         let db = db.clone();
         let id = id.clone();
-        async move { scalar(&db, &format!("SELECT rows_written FROM exports WHERE id = '{id}'")).await > 0 }
+        async move { scalar(&db, &format!("SELECT rows_written FROM jobs WHERE id = '{id}'")).await > 0 }
     })
     .await;
     a.signal("KILL");
@@ -222,7 +222,7 @@ on_both_backends!(a_worker_killed_mid_export_is_replaced_and_its_job_finishes_wi
     let (status, bytes) = api.download(&id).await;
     assert_eq!(status, 200);
     assert_eq!(sha256(&bytes), sha);
-    let expired = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{id}' AND from_status = 'running' AND to_status = 'retry_wait' AND detail = 'worker_lost' AND generation = 1")).await;
+    let expired = scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND from_status = 'running' AND to_status = 'retry_wait' AND detail = 'worker_lost' AND generation = 1")).await;
     assert_eq!(expired, 1, "the janitor recorded the lost worker");
     let pp = &p;
     eventually("the killed attempt's staging is cleaned", LONG, || async { pp.objects("staging").is_empty() }).await;
@@ -301,7 +301,7 @@ on_both_backends!(a_worker_of_one_deployment_never_touches_another_and_an_unserv
     assert_eq!(done["error"]["code"], "no_worker", "{done}");
     assert_eq!(done["attempt"], 0, "never claimed: {done}");
     let db = p.connect().await;
-    let claims = scalar(&db, &format!("SELECT COUNT(*) FROM export_events WHERE export_id = '{uae}' AND to_status = 'running'")).await;
+    let claims = scalar(&db, &format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{uae}' AND to_status = 'running'")).await;
     assert_eq!(claims, 0);
     assert!(p.objects("exports/ten_globex").is_empty() && p.objects("staging").is_empty());
     for mut w in ksa {

@@ -62,4 +62,9 @@ impl Role {
     pub fn may_export_contract(self, needs_pii: bool) -> bool {
         self.may_export() && (!needs_pii || self.may_read_pii())
     }
+
+    /// Whether the role may upload files and import them (SPEC §10): only an admin.
+    pub fn may_import(self) -> bool {
+        matches!(self, Role::Admin)
+    }
 }

@@ -9,3 +9,4 @@ pub mod ids;
 pub mod openapi;
 pub mod page;
 pub mod session;
+pub mod uploads;

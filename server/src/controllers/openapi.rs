@@ -6,7 +6,7 @@ use utoipa::OpenApi;
 /// The API's OpenAPI description.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "exportd", description = "Idempotent CSV export: one authorized intent, one operation, at most one file."),
+    info(title = "exportd", description = "Idempotent CSV export and import: one authorized intent, one operation, at most one file, every imported row applied at most once."),
     paths(
         super::session::login,
         super::session::whoami,
@@ -15,6 +15,7 @@ use utoipa::OpenApi;
         super::exports::list,
         super::exports::show,
         super::exports::cancel,
+        super::uploads::create,
         super::downloads::download,
         super::downloads::download_part,
         super::downloads::serve_link,

@@ -11,6 +11,8 @@ pub struct Model {
     pub tenant_id: String,
     pub name: String,
     pub email: String,
+    /// The customer's key in its tenant: `email` trimmed and lower-cased ([`migrations::email_key`]).
+    pub email_key: String,
     pub phone: String,
     pub country: String,
     pub created_at: i64,

@@ -3,13 +3,14 @@
 pub mod api_tokens;
 pub mod customers;
 pub mod deployment_stores;
-pub mod export_events;
-pub mod login_throttle;
-pub mod exports;
 pub mod job_checkpoints;
+pub mod job_events;
+pub mod jobs;
+pub mod login_throttle;
 pub mod orders;
 pub mod sessions;
 pub mod settings;
 pub mod signing_keys;
 pub mod tenants;
+pub mod uploads;
 pub mod users;

@@ -16,6 +16,9 @@ pub struct Model {
     pub total_cents: i64,
     pub currency: String,
     pub notes: String,
+    /// The order's key in its tenant (1–64 printable characters); never NULL once inserted (a
+    /// trigger names an order inserted without one `ORD-<id>`).
+    pub order_ref: Option<String>,
 }
 
 /// No relations are navigated through the ORM; queries join explicitly.

@@ -2,13 +2,10 @@
 //! (a NUL, bytes that are not UTF-8, the wrong length or alphabet) is answered as an unknown one
 //! before any query sees it, on both backends.
 
-/// The prefix of every export id.
-pub const EXPORT_ID_PREFIX: &str = "exp_";
-
 /// Whether `id` has the shape of an export id: `exp_` and 32 lower-case hex digits (a UUID in
 /// its simple form).
 pub fn is_export_id(id: &str) -> bool {
-    id.strip_prefix(EXPORT_ID_PREFIX).is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    crate::job_store::kind::JobKind::of_id(id) == Some(crate::job_store::kind::JobKind::Export)
 }
 
 /// The longest email address (RFC 5321's path limit less its brackets).

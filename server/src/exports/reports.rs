@@ -131,6 +131,7 @@ pub static ORDERS: ReportSpec = ReportSpec {
         col("total", Money, false, "o.total_cents"),
         col("currency", Text, false, "o.currency"),
         col("notes", Text, false, "o.notes"),
+        col("order_ref", Text, false, "o.order_ref"),
     ],
     filters: &[
         FilterSpec { name: "status", kind: FilterKind::OneOf(ORDER_STATUSES), test: FilterTest::In, sql: "o.status" },

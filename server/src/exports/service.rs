@@ -10,8 +10,9 @@ use super::validate::{control_characters, validate};
 use super::view::{request_of, resolved_of, status_of, to_view};
 use crate::auth::{Actor, Role};
 use crate::clock::rfc3339;
-use crate::entities::{exports, users};
+use crate::entities::{jobs, users};
 use crate::job_store::transitions::{self, Outcome};
+use crate::job_store::kind::JobKind;
 use crate::job_store::{audit, Mover};
 use crate::error::AppError;
 use super::parts::PartRecord;
@@ -20,8 +21,6 @@ use sea_orm::sea_query::{Expr, OnConflict, Query};
 use sea_orm::{ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde_json::Value;
 
-/// The statuses that count as unfinished for `EXPORTD_MAX_ACTIVE_PER_ACTOR`.
-pub const UNFINISHED: [&str; 4] = ["queued", "running", "retry_wait", "cancel_requested"];
 
 /// What `create_export` did.
 #[derive(Debug)]
@@ -81,18 +80,19 @@ fn json_pointer(path: &serde_path_to_error::Path) -> String {
         .collect()
 }
 
-async fn find_by_key<C: ConnectionTrait>(db: &C, actor: &Actor, key: &str) -> Result<Option<exports::Model>, AppError> {
-    Ok(exports::Entity::find()
-        .filter(exports::Column::TenantId.eq(&actor.tenant_id))
-        .filter(exports::Column::ActorId.eq(&actor.user_id))
-        .filter(exports::Column::IdempotencyKey.eq(key))
+async fn find_by_key<C: ConnectionTrait>(db: &C, actor: &Actor, key: &str) -> Result<Option<jobs::Model>, AppError> {
+    Ok(jobs::Entity::find()
+        .filter(jobs::Column::TenantId.eq(&actor.tenant_id))
+        .filter(jobs::Column::ActorId.eq(&actor.user_id))
+        .filter(jobs::Column::Kind.eq(JobKind::Export.as_str()))
+        .filter(jobs::Column::IdempotencyKey.eq(key))
         .one(db)
         .await?)
 }
 
 /// The answer to a key that is already bound: a replay if the intent matches — the operation as
 /// it is now, with a fresh link when it is ready for this actor — else 422.
-async fn replay_or_conflict(state: &ServiceContext, actor: &Actor, existing: &exports::Model, fingerprint: Option<&str>) -> Result<CreateOutcome, AppError> {
+async fn replay_or_conflict(state: &ServiceContext, actor: &Actor, existing: &jobs::Model, fingerprint: Option<&str>) -> Result<CreateOutcome, AppError> {
     if fingerprint == Some(existing.fingerprint.as_str()) {
         view_for(state, actor, existing).await.map(CreateOutcome::Replayed)
     } else {
@@ -169,9 +169,10 @@ async fn insert_new(
     // the key; if one was committed since, the insert below conflicts and the answer is a replay.
     // Only when the count says no is the key looked up again, so the common create makes no
     // second lookup.
-    let unfinished = exports::Entity::find()
-        .filter(exports::Column::ActorId.eq(&actor.user_id))
-        .filter(exports::Column::Status.is_in(UNFINISHED))
+    let unfinished = jobs::Entity::find()
+        .filter(jobs::Column::ActorId.eq(&actor.user_id))
+        .filter(jobs::Column::Kind.eq(JobKind::Export.as_str()))
+        .filter(jobs::Column::Status.is_in(crate::job_store::UNFINISHED))
         .count(&txn)
         .await?;
     if unfinished >= state.config.max_active_per_actor {
@@ -182,29 +183,29 @@ async fn insert_new(
             None => Err(AppError::TooManyExports { retry_after_secs: 5 }),
         };
     }
-    let id = format!("exp_{}", uuid::Uuid::now_v7().simple());
+    let id = JobKind::Export.new_id();
     let request_json = serde_json::to_string(request).map_err(|e| AppError::Internal(e.to_string()))?;
     let resolved_json = serde_json::to_string(resolved).map_err(|e| AppError::Internal(e.to_string()))?;
     // Created and updated by the database's clock, the one every lease and TTL is measured by,
     // not this host's. `RETURNING` gives the row as inserted; none when the key's row exists.
     let now = crate::job_store::db_now(backend);
-    use exports::Column as C;
+    use jobs::Column as C;
     let mut insert = Query::insert();
     insert
-        .into_table(exports::Entity)
+        .into_table(jobs::Entity)
         .columns([
-            C::Id, C::TenantId, C::ActorId, C::IdempotencyKey, C::Fingerprint, C::Report, C::Request, C::Resolved, C::Deployment, C::Status,
+            C::Id, C::TenantId, C::ActorId, C::Kind, C::IdempotencyKey, C::Fingerprint, C::Report, C::Request, C::Resolved, C::Deployment, C::Status,
             C::Generation, C::Attempt, C::RowsWritten, C::ArtifactExpired, C::CreatedAt, C::UpdatedAt,
         ])
         .values([
-            Expr::val(id.as_str()), Expr::val(actor.tenant_id.as_str()), Expr::val(actor.user_id.as_str()), Expr::val(key), Expr::val(fp),
+            Expr::val(id.as_str()), Expr::val(actor.tenant_id.as_str()), Expr::val(actor.user_id.as_str()), Expr::val(JobKind::Export.as_str()), Expr::val(key), Expr::val(fp),
             Expr::val(request.report.as_str()), Expr::val(request_json), Expr::val(resolved_json), Expr::val(resolved.deployment.as_str()),
             Expr::val(ExportStatus::Queued.as_str()), Expr::val(0), Expr::val(0), Expr::val(0i64), Expr::val(false), now.clone(), now,
         ])
         .map_err(|e| AppError::Internal(format!("building the insert: {e}")))?
-        .on_conflict(OnConflict::columns([C::TenantId, C::ActorId, C::IdempotencyKey]).do_nothing().to_owned())
+        .on_conflict(OnConflict::columns([C::TenantId, C::ActorId, C::Kind, C::IdempotencyKey]).do_nothing().to_owned())
         .returning_all();
-    let inserted = exports::Entity::find().from_raw_sql(backend.build(&insert)).one(&txn).await?;
+    let inserted = jobs::Entity::find().from_raw_sql(backend.build(&insert)).one(&txn).await?;
     if let Some(row) = &inserted {
         audit::record_created(&txn, row, Mover::User(&actor.user_id)).await?;
     }
@@ -223,13 +224,13 @@ async fn insert_new(
 
 /// The actor's own export with this id; any other id (unknown, malformed, another actor's or
 /// tenant's) is the same 404.
-pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Result<exports::Model, AppError> {
+pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Result<jobs::Model, AppError> {
     if !super::ids::is_export_id(id) {
         return Err(AppError::ExportNotFound);
     }
-    exports::Entity::find_by_id(id.to_owned())
-        .filter(exports::Column::TenantId.eq(&actor.tenant_id))
-        .filter(exports::Column::ActorId.eq(&actor.user_id))
+    jobs::Entity::find_by_id(id.to_owned())
+        .filter(jobs::Column::TenantId.eq(&actor.tenant_id))
+        .filter(jobs::Column::ActorId.eq(&actor.user_id))
         .one(db)
         .await?
         .ok_or(AppError::ExportNotFound)
@@ -245,16 +246,16 @@ pub enum Served {
     Part(i32),
 }
 
-fn is_checkpointed(m: &exports::Model) -> Result<bool, AppError> {
+fn is_checkpointed(m: &jobs::Model) -> Result<bool, AppError> {
     Ok(request_of(m)?.consistency == Consistency::Checkpointed)
 }
 
-fn compressed(m: &exports::Model) -> Result<bool, AppError> {
+fn compressed(m: &jobs::Model) -> Result<bool, AppError> {
     Ok(request_of(m)?.options.compression == Compression::Gzip)
 }
 
 /// The name a downloaded file is saved under, and its media type.
-pub fn download_name(m: &exports::Model, served: Served) -> Result<(String, &'static str), AppError> {
+pub fn download_name(m: &jobs::Model, served: Served) -> Result<(String, &'static str), AppError> {
     let extension = if compressed(m)? { "csv.gz" } else { "csv" };
     let media = if compressed(m)? { "application/gzip" } else { "text/csv; charset=utf-8" };
     Ok(match (served, is_checkpointed(m)?) {
@@ -265,7 +266,7 @@ pub fn download_name(m: &exports::Model, served: Served) -> Result<(String, &'st
 }
 
 /// A ready checkpointed export's parts, from its checkpoints; `None` for any other export.
-pub async fn parts_of(state: &ServiceContext, m: &exports::Model) -> Result<Option<Vec<PartRecord>>, AppError> {
+pub async fn parts_of(state: &ServiceContext, m: &jobs::Model) -> Result<Option<Vec<PartRecord>>, AppError> {
     if !is_checkpointed(m)? || status_of(m)? != ExportStatus::Ready {
         return Ok(None);
     }
@@ -278,7 +279,7 @@ pub async fn parts_of(state: &ServiceContext, m: &exports::Model) -> Result<Opti
 /// re-check authority, so the link's lifetime is the bound). Anything on a local folder, and a
 /// bundle anywhere (exportd serves it, streamed from its parts): a signed `/files/…` link that
 /// re-checks authority when it is used.
-async fn mint_download(state: &ServiceContext, actor: &Actor, m: &exports::Model, served: Served) -> Result<Option<DownloadView>, AppError> {
+async fn mint_download(state: &ServiceContext, actor: &Actor, m: &jobs::Model, served: Served) -> Result<Option<DownloadView>, AppError> {
     let (Some(sha), Some(artifact), Ok(ExportStatus::Ready)) = (&m.artifact_sha256, &m.artifact_key, status_of(m)) else { return Ok(None) };
     if m.artifact_expired || !role_covers(actor.role, &m.report, &resolved_of(m)?) {
         return Ok(None);
@@ -310,7 +311,7 @@ async fn mint_download(state: &ServiceContext, actor: &Actor, m: &exports::Model
 
 /// The view of an export as `actor` sees it: with a fresh link when they may download it, and a
 /// ready checkpointed export's parts.
-async fn view_for(state: &ServiceContext, actor: &Actor, m: &exports::Model) -> Result<ExportView, AppError> {
+async fn view_for(state: &ServiceContext, actor: &Actor, m: &jobs::Model) -> Result<ExportView, AppError> {
     let parts = parts_of(state, m).await?.map(|parts| parts.iter().map(PartRecord::view).collect());
     to_view(m, mint_download(state, actor, m, Served::Artifact).await?, parts)
 }
@@ -365,7 +366,7 @@ pub enum Body {
 /// bytes, and how it is named.
 pub struct LinkedArtifact {
     /// The export the link is for.
-    pub export: exports::Model,
+    pub export: jobs::Model,
     /// The store holding the bytes.
     pub store: crate::storage::ExportStore,
     /// What is served.
@@ -396,7 +397,7 @@ pub fn artifact_gone(e: object_store::Error) -> AppError {
 /// still ready and not expired, and that the minting actor is still active in the export's
 /// tenant and may still read every column of it.
 pub async fn open_link(state: &ServiceContext, grant: &crate::links::LinkGrant) -> Result<LinkedArtifact, AppError> {
-    let m = exports::Entity::find_by_id(grant.export_id.clone()).one(&state.db).await?.ok_or(AppError::LinkInvalid)?;
+    let m = jobs::Entity::find_by_id(grant.export_id.clone()).one(&state.db).await?.ok_or(AppError::LinkInvalid)?;
     if m.artifact_sha256.as_deref() != Some(grant.sha256.as_str()) {
         return Err(AppError::LinkInvalid);
     }
@@ -441,7 +442,7 @@ pub async fn open_link(state: &ServiceContext, grant: &crate::links::LinkGrant) 
 }
 
 /// Records in the export's history that `actor_id` downloaded (part of) its file.
-pub async fn record_download(state: &ServiceContext, m: &exports::Model, actor_id: &str, detail: &str) -> Result<(), AppError> {
+pub async fn record_download(state: &ServiceContext, m: &jobs::Model, actor_id: &str, detail: &str) -> Result<(), AppError> {
     audit::record_event(&state.db, m, Mover::User(actor_id), state.now_ms(), detail).await?;
     Ok(())
 }
@@ -478,7 +479,7 @@ pub async fn cancel_export(state: &ServiceContext, actor: &Actor, id: &str) -> R
 
 pub use app::ExportList;
 
-fn encode_cursor(m: &exports::Model) -> String {
+fn encode_cursor(m: &jobs::Model) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}:{}", m.created_at, m.id))
 }
@@ -505,21 +506,22 @@ pub async fn list_exports(state: &ServiceContext, actor: &Actor, limit: Option<&
             AppError::InvalidRequest(vec![crate::error::FieldError::new("/limit", "limit must be a whole number from 1 to 100")])
         })?,
     };
-    let mut query = exports::Entity::find()
-        .filter(exports::Column::TenantId.eq(&actor.tenant_id))
-        .filter(exports::Column::ActorId.eq(&actor.user_id));
+    let mut query = jobs::Entity::find()
+        .filter(jobs::Column::TenantId.eq(&actor.tenant_id))
+        .filter(jobs::Column::ActorId.eq(&actor.user_id))
+        .filter(jobs::Column::Kind.eq(JobKind::Export.as_str()));
     if let Some(cursor) = cursor {
         let (at, id) = decode_cursor(cursor)
             .ok_or_else(|| AppError::InvalidRequest(vec![crate::error::FieldError::new("/cursor", "not a cursor this API gave out")]))?;
         query = query.filter(
             Condition::any()
-                .add(exports::Column::CreatedAt.lt(at))
-                .add(Condition::all().add(exports::Column::CreatedAt.eq(at)).add(exports::Column::Id.lt(id))),
+                .add(jobs::Column::CreatedAt.lt(at))
+                .add(Condition::all().add(jobs::Column::CreatedAt.eq(at)).add(jobs::Column::Id.lt(id))),
         );
     }
     let mut rows = query
-        .order_by_desc(exports::Column::CreatedAt)
-        .order_by_desc(exports::Column::Id)
+        .order_by_desc(jobs::Column::CreatedAt)
+        .order_by_desc(jobs::Column::Id)
         .limit(limit + 1)
         .all(&state.db)
         .await?;

@@ -1,29 +1,29 @@
 //! The ExportView of an operation (SPEC §3.2).
 
 use crate::clock::rfc3339;
-use crate::entities::exports;
+use crate::entities::jobs;
 use crate::error::AppError;
 use super::parts::PartsPlan;
 use app::{ArtifactView, Consistency, DownloadView, ErrorView, ExportRequest, ExportStatus, ExportView, PartView, Progress, ResolvedContract};
 
 /// Reads the stored status.
-pub fn status_of(m: &exports::Model) -> Result<ExportStatus, AppError> {
+pub fn status_of(m: &jobs::Model) -> Result<ExportStatus, AppError> {
     ExportStatus::parse(&m.status).ok_or_else(|| AppError::Internal(format!("unknown stored status {:?}", m.status)))
 }
 
 /// Reads the stored resolved contract.
-pub fn resolved_of(m: &exports::Model) -> Result<ResolvedContract, AppError> {
+pub fn resolved_of(m: &jobs::Model) -> Result<ResolvedContract, AppError> {
     serde_json::from_str(&m.resolved).map_err(|e| AppError::Internal(format!("stored contract of {}: {e}", m.id)))
 }
 
 /// Reads the stored request.
-pub fn request_of(m: &exports::Model) -> Result<ExportRequest, AppError> {
+pub fn request_of(m: &jobs::Model) -> Result<ExportRequest, AppError> {
     serde_json::from_str(&m.request).map_err(|e| AppError::Internal(format!("stored request of {}: {e}", m.id)))
 }
 
 /// The view of a stored operation, with a download link when one was minted for the reader and,
 /// for a ready checkpointed export, its parts.
-pub fn to_view(m: &exports::Model, download: Option<DownloadView>, parts: Option<Vec<PartView>>) -> Result<ExportView, AppError> {
+pub fn to_view(m: &jobs::Model, download: Option<DownloadView>, parts: Option<Vec<PartView>>) -> Result<ExportView, AppError> {
     let artifact = match (&m.artifact_sha256, m.artifact_bytes, m.artifact_rows) {
         (Some(sha256), Some(bytes), Some(rows)) => Some(ArtifactView {
             sha256: sha256.clone(),

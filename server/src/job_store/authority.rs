@@ -3,7 +3,7 @@
 //! is [`Role::may_export_contract`]; this only lists the roles it allows.
 
 use crate::auth::Role;
-use crate::entities::{exports, users};
+use crate::entities::{jobs, users};
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
 
 /// What the export's actor must still be allowed to do for a fenced write to go through.
@@ -26,8 +26,8 @@ impl Authority {
             Query::select()
                 .expr(Expr::val(1))
                 .from(users::Entity)
-                .and_where(Expr::col((users::Entity, users::Column::Id)).equals((exports::Entity, exports::Column::ActorId)))
-                .and_where(Expr::col((users::Entity, users::Column::TenantId)).equals((exports::Entity, exports::Column::TenantId)))
+                .and_where(Expr::col((users::Entity, users::Column::Id)).equals((jobs::Entity, jobs::Column::ActorId)))
+                .and_where(Expr::col((users::Entity, users::Column::TenantId)).equals((jobs::Entity, jobs::Column::TenantId)))
                 .and_where(Expr::col((users::Entity, users::Column::Active)).eq(true))
                 .and_where(Expr::col((users::Entity, users::Column::Role)).is_in(self.roles()))
                 .to_owned(),

@@ -11,26 +11,26 @@
 
 use super::transitions::{current, Refusal};
 use super::{audit, begin_write, db_now, Mover};
-use crate::entities::{exports, job_checkpoints};
+use crate::entities::{jobs, job_checkpoints};
 use app::ExportStatus;
 use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait};
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, Set};
 
 /// Fixes `plan` as the plan of `job`'s checkpoints unless an earlier attempt fixed one; returns
 /// the plan in force, or why the attempt may not go on.
-pub async fn fix_plan(db: &DatabaseConnection, job: &exports::Model, plan: &str) -> Result<Result<String, Refusal>, DbErr> {
-    let fixed = exports::Entity::update_many()
-        .col_expr(exports::Column::CheckpointPlan, Expr::val(plan))
-        .filter(exports::Column::Id.eq(&job.id))
-        .filter(exports::Column::Generation.eq(job.generation))
-        .filter(exports::Column::Status.eq(ExportStatus::Running.as_str()))
-        .filter(exports::Column::CheckpointPlan.is_null())
+pub async fn fix_plan(db: &DatabaseConnection, job: &jobs::Model, plan: &str) -> Result<Result<String, Refusal>, DbErr> {
+    let fixed = jobs::Entity::update_many()
+        .col_expr(jobs::Column::CheckpointPlan, Expr::val(plan))
+        .filter(jobs::Column::Id.eq(&job.id))
+        .filter(jobs::Column::Generation.eq(job.generation))
+        .filter(jobs::Column::Status.eq(ExportStatus::Running.as_str()))
+        .filter(jobs::Column::CheckpointPlan.is_null())
         .exec(db)
         .await?;
     if fixed.rows_affected == 1 {
         return Ok(Ok(plan.to_owned()));
     }
-    let row = exports::Entity::find_by_id(job.id.clone()).one(db).await?;
+    let row = jobs::Entity::find_by_id(job.id.clone()).one(db).await?;
     match row {
         Some(row) if row.generation == job.generation && row.status == ExportStatus::Running.as_str() => {
             Ok(row.checkpoint_plan.ok_or(Refusal::Lost))
@@ -40,11 +40,11 @@ pub async fn fix_plan(db: &DatabaseConnection, job: &exports::Model, plan: &str)
 }
 
 fn rows_written_col() -> Expr {
-    Expr::col((exports::Entity, exports::Column::RowsWritten))
+    Expr::col((jobs::Entity, jobs::Column::RowsWritten))
 }
 
 fn has_checkpoints() -> Expr {
-    Expr::col((exports::Entity, exports::Column::CheckpointSeq)).gt(0)
+    Expr::col((jobs::Entity, jobs::Column::CheckpointSeq)).gt(0)
 }
 
 /// `rows_written` as a new claim or a hand-back leaves it: a job with checkpoints keeps what it
@@ -57,7 +57,7 @@ pub(super) fn rows_kept_across_attempts() -> Expr {
 /// `rows_total` likewise: a job with checkpoints keeps the total its plan fixed; any other's is
 /// unknown until its next attempt counts it.
 pub(super) fn total_kept_across_attempts() -> Expr {
-    let total = Expr::col((exports::Entity, exports::Column::RowsTotal));
+    let total = Expr::col((jobs::Entity, jobs::Column::RowsTotal));
     CaseStatement::new().case(has_checkpoints(), total).finally(Expr::val(Option::<i64>::None)).into()
 }
 
@@ -78,30 +78,60 @@ fn at_least_shown(rows: i64) -> Expr {
 /// when the job is no longer this attempt's, or a cancel was asked.
 pub async fn record(
     db: &DatabaseConnection,
-    job: &exports::Model,
+    job: &jobs::Model,
     seq: i32,
     payload: &serde_json::Value,
     rows_written: i64,
     by: Mover<'_>,
 ) -> Result<Result<(), Refusal>, DbErr> {
-    let backend = db.get_database_backend();
-    let now = || db_now(backend);
     let txn = begin_write(db).await?;
-    let moved = exports::Entity::update_many()
-        .col_expr(exports::Column::CheckpointSeq, Expr::val(seq))
-        // Never fewer than shown: a heartbeat may already count the next part, read ahead.
-        .col_expr(exports::Column::RowsWritten, at_least_shown(rows_written))
-        .col_expr(exports::Column::LastProgressAt, now())
-        .filter(exports::Column::Id.eq(&job.id))
-        .filter(exports::Column::Generation.eq(job.generation))
-        .filter(exports::Column::Status.eq(ExportStatus::Running.as_str()))
-        .filter(Expr::col((exports::Entity, exports::Column::CheckpointSeq)).eq(seq - 1))
-        .exec_with_returning(&txn)
-        .await?;
-    let Some(row) = moved.into_iter().next() else {
+    let Some(row) = open_step(&txn, job, seq, rows_written, None).await? else {
         txn.rollback().await?;
-        return Ok(Err(Refusal::of(&current(db, &job.id).await?, job.generation)));
+        return Ok(Err(refusal(db, job).await?));
     };
+    close_step(&txn, job, &row, seq, payload, by).await?;
+    txn.commit().await?;
+    Ok(Ok(()))
+}
+
+/// Opens step `seq` inside `txn`, a write transaction the caller commits: the fenced UPDATE of
+/// the job's row (this generation, `running`, the last checkpoint `seq - 1`, and `condition`
+/// when given, such as the actor's authority). The row stays locked until the transaction ends,
+/// so what the caller writes next in `txn` (an import batch's upserts) commits with the
+/// checkpoint or not at all. `None`: refused, nothing written; the caller rolls back and asks
+/// [`refusal`] why.
+pub async fn open_step<C: ConnectionTrait>(
+    txn: &C,
+    job: &jobs::Model,
+    seq: i32,
+    rows_written: i64,
+    condition: Option<Expr>,
+) -> Result<Option<jobs::Model>, DbErr> {
+    let mut update = jobs::Entity::update_many()
+        .col_expr(jobs::Column::CheckpointSeq, Expr::val(seq))
+        // Never fewer than shown: a heartbeat may already count the next part, read ahead.
+        .col_expr(jobs::Column::RowsWritten, at_least_shown(rows_written))
+        .col_expr(jobs::Column::LastProgressAt, db_now(txn.get_database_backend()))
+        .filter(jobs::Column::Id.eq(&job.id))
+        .filter(jobs::Column::Generation.eq(job.generation))
+        .filter(jobs::Column::Status.eq(ExportStatus::Running.as_str()))
+        .filter(Expr::col((jobs::Entity, jobs::Column::CheckpointSeq)).eq(seq - 1));
+    if let Some(condition) = condition {
+        update = update.filter(condition);
+    }
+    Ok(update.exec_with_returning(txn).await?.into_iter().next())
+}
+
+/// Closes step `seq` inside `txn`: its checkpoint row with `payload`, and its audit row. `row`
+/// is what [`open_step`] returned.
+pub async fn close_step<C: ConnectionTrait>(
+    txn: &C,
+    job: &jobs::Model,
+    row: &jobs::Model,
+    seq: i32,
+    payload: &serde_json::Value,
+    by: Mover<'_>,
+) -> Result<(), DbErr> {
     let at = row.last_progress_at.unwrap_or(row.updated_at);
     job_checkpoints::Entity::insert(job_checkpoints::ActiveModel {
         job_id: Set(job.id.clone()),
@@ -111,11 +141,14 @@ pub async fn record(
         at: Set(at),
         payload: Set(payload.to_string()),
     })
-    .exec_without_returning(&txn)
+    .exec_without_returning(txn)
     .await?;
-    audit::record_event(&txn, &row, by, at, &format!("checkpoint {seq}")).await?;
-    txn.commit().await?;
-    Ok(Ok(()))
+    audit::record_event(txn, row, by, at, &format!("checkpoint {seq}")).await
+}
+
+/// Why a step of `job` was refused, read after the caller rolled back.
+pub async fn refusal(db: &DatabaseConnection, job: &jobs::Model) -> Result<Refusal, DbErr> {
+    Ok(Refusal::of(&current(db, &job.id).await?, job.generation))
 }
 
 /// The checkpoints of a job, in order.

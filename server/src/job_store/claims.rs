@@ -12,7 +12,7 @@
 //! On SQLite the write transaction serialises claims.
 
 use super::{audit, begin_write, checkpoints, db_now, Mover};
-use crate::entities::{exports, tenants};
+use crate::entities::{jobs, tenants};
 use crate::faults::Faults;
 use app::ExportStatus;
 use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, Order, Query};
@@ -41,20 +41,20 @@ pub struct Claimant<'a> {
 /// whole table.
 fn claimable(backend: DbBackend, who: &Claimant<'_>) -> Condition {
     let mut c = Condition::all()
-        .add(exports::Column::Status.is_in([ExportStatus::Queued.as_str(), ExportStatus::RetryWait.as_str()]))
+        .add(jobs::Column::Status.is_in([ExportStatus::Queued.as_str(), ExportStatus::RetryWait.as_str()]))
         .add(
             Condition::any()
-                .add(exports::Column::Status.eq(ExportStatus::Queued.as_str()))
-                .add(Expr::col((exports::Entity, exports::Column::NextAttemptAt)).lte(db_now(backend))),
+                .add(jobs::Column::Status.eq(ExportStatus::Queued.as_str()))
+                .add(Expr::col((jobs::Entity, jobs::Column::NextAttemptAt)).lte(db_now(backend))),
         );
     if !who.deployments.is_empty() {
-        c = c.add(exports::Column::Deployment.is_in(who.deployments.iter().cloned()));
+        c = c.add(jobs::Column::Deployment.is_in(who.deployments.iter().cloned()));
     }
     c
 }
 
 /// Claims the next job for `who`, or `None` when nothing is claimable now.
-pub async fn claim(db: &DatabaseConnection, who: &Claimant<'_>) -> Result<Option<exports::Model>, DbErr> {
+pub async fn claim(db: &DatabaseConnection, who: &Claimant<'_>) -> Result<Option<jobs::Model>, DbErr> {
     for tenant in waiting_tenants(db, who).await? {
         if let Some(job) = claim_from(db, who, &tenant).await? {
             return Ok(Some(job));
@@ -71,12 +71,12 @@ pub async fn claim(db: &DatabaseConnection, who: &Claimant<'_>) -> Result<Option
 async fn waiting_tenants(db: &DatabaseConnection, who: &Claimant<'_>) -> Result<Vec<String>, DbErr> {
     let backend = db.get_database_backend();
     let oldest = Query::select()
-        .column((exports::Entity, exports::Column::Id))
-        .from(exports::Entity)
-        .and_where(Expr::col((exports::Entity, exports::Column::TenantId)).equals((tenants::Entity, tenants::Column::Id)))
+        .column((jobs::Entity, jobs::Column::Id))
+        .from(jobs::Entity)
+        .and_where(Expr::col((jobs::Entity, jobs::Column::TenantId)).equals((tenants::Entity, tenants::Column::Id)))
         .cond_where(claimable(backend, who))
-        .order_by((exports::Entity, exports::Column::CreatedAt), Order::Asc)
-        .order_by((exports::Entity, exports::Column::Id), Order::Asc)
+        .order_by((jobs::Entity, jobs::Column::CreatedAt), Order::Asc)
+        .order_by((jobs::Entity, jobs::Column::Id), Order::Asc)
         .limit(1)
         .to_owned();
     let query = Query::select()
@@ -92,41 +92,41 @@ async fn waiting_tenants(db: &DatabaseConnection, who: &Claimant<'_>) -> Result<
 }
 
 /// Claims the oldest claimable job of `tenant`, if one is not locked by another claim.
-async fn claim_from(db: &DatabaseConnection, who: &Claimant<'_>, tenant: &str) -> Result<Option<exports::Model>, DbErr> {
+async fn claim_from(db: &DatabaseConnection, who: &Claimant<'_>, tenant: &str) -> Result<Option<jobs::Model>, DbErr> {
     let backend = db.get_database_backend();
     let now = || db_now(backend);
     let oldest = Query::select()
-        .column(exports::Column::Id)
-        .from(exports::Entity)
-        .and_where(exports::Column::TenantId.eq(tenant))
+        .column(jobs::Column::Id)
+        .from(jobs::Entity)
+        .and_where(jobs::Column::TenantId.eq(tenant))
         .cond_where(claimable(backend, who))
-        .order_by(exports::Column::CreatedAt, Order::Asc)
-        .order_by(exports::Column::Id, Order::Asc)
+        .order_by(jobs::Column::CreatedAt, Order::Asc)
+        .order_by(jobs::Column::Id, Order::Asc)
         .limit(1)
         .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
         .to_owned();
     let lease_ms = who.lease.as_millis() as i64;
     let txn = begin_write(db).await?;
-    let claimed = exports::Entity::update_many()
-        .col_expr(exports::Column::PreviousStatus, Expr::col(exports::Column::Status))
-        .col_expr(exports::Column::Status, Expr::val(ExportStatus::Running.as_str()))
-        .col_expr(exports::Column::Generation, Expr::col(exports::Column::Generation).add(1))
-        .col_expr(exports::Column::Attempt, Expr::col(exports::Column::Attempt).add(1))
-        .col_expr(exports::Column::LeaseOwner, Expr::val(who.worker_id))
-        .col_expr(exports::Column::LeaseExpiresAt, now().add(lease_ms))
-        .col_expr(exports::Column::NextAttemptAt, Expr::val(Option::<i64>::None))
+    let claimed = jobs::Entity::update_many()
+        .col_expr(jobs::Column::PreviousStatus, Expr::col(jobs::Column::Status))
+        .col_expr(jobs::Column::Status, Expr::val(ExportStatus::Running.as_str()))
+        .col_expr(jobs::Column::Generation, Expr::col(jobs::Column::Generation).add(1))
+        .col_expr(jobs::Column::Attempt, Expr::col(jobs::Column::Attempt).add(1))
+        .col_expr(jobs::Column::LeaseOwner, Expr::val(who.worker_id))
+        .col_expr(jobs::Column::LeaseExpiresAt, now().add(lease_ms))
+        .col_expr(jobs::Column::NextAttemptAt, Expr::val(Option::<i64>::None))
         // A new attempt starts from nothing but its job's checkpoints: no other progress, and the
         // last attempt's error is history.
-        .col_expr(exports::Column::RowsWritten, checkpoints::rows_kept_across_attempts())
-        .col_expr(exports::Column::RowsTotal, checkpoints::total_kept_across_attempts())
-        .col_expr(exports::Column::ErrorCode, Expr::val(Option::<String>::None))
-        .col_expr(exports::Column::ErrorMessage, Expr::val(Option::<String>::None))
-        .col_expr(exports::Column::ErrorRetryable, Expr::val(Option::<bool>::None))
-        .col_expr(exports::Column::ErrorSupportRef, Expr::val(Option::<String>::None))
-        .col_expr(exports::Column::UpdatedAt, now())
-        .col_expr(exports::Column::LastProgressAt, now())
-        .filter(exports::Column::Id.in_subquery(oldest))
-        .filter(exports::Column::Status.is_in([ExportStatus::Queued.as_str(), ExportStatus::RetryWait.as_str()]))
+        .col_expr(jobs::Column::RowsWritten, checkpoints::rows_kept_across_attempts())
+        .col_expr(jobs::Column::RowsTotal, checkpoints::total_kept_across_attempts())
+        .col_expr(jobs::Column::ErrorCode, Expr::val(Option::<String>::None))
+        .col_expr(jobs::Column::ErrorMessage, Expr::val(Option::<String>::None))
+        .col_expr(jobs::Column::ErrorRetryable, Expr::val(Option::<bool>::None))
+        .col_expr(jobs::Column::ErrorSupportRef, Expr::val(Option::<String>::None))
+        .col_expr(jobs::Column::UpdatedAt, now())
+        .col_expr(jobs::Column::LastProgressAt, now())
+        .filter(jobs::Column::Id.in_subquery(oldest))
+        .filter(jobs::Column::Status.is_in([ExportStatus::Queued.as_str(), ExportStatus::RetryWait.as_str()]))
         .exec_with_returning(&txn)
         .await?;
     let Some(job) = claimed.into_iter().next() else {

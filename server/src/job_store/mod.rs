@@ -1,4 +1,5 @@
-//! The job store: the one place where an export moves between the states of SPEC §4. The create
+//! The job store: the one place where a job of any kind (an export, an import; see [`kind`])
+//! moves between the states of SPEC §4. The create
 //! and cancel calls of the service, the worker and the janitor all move jobs through these
 //! functions, never with SQL of their own.
 //!
@@ -27,12 +28,17 @@ pub mod audit;
 pub mod authority;
 pub mod checkpoints;
 pub mod claims;
+pub mod kind;
 pub mod transitions;
 pub mod wakeup;
 
 use crate::db::now_ms_sql;
 use sea_orm::sea_query::Expr;
 use sea_orm::{DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqliteTransactionMode, TransactionOptions, TransactionTrait};
+
+/// The statuses of a job that has not finished (`EXPORTD_MAX_ACTIVE_PER_ACTOR` counts them, per
+/// kind; an upload an unfinished import names is kept).
+pub const UNFINISHED: [&str; 4] = ["queued", "running", "retry_wait", "cancel_requested"];
 
 /// The database's clock in epoch milliseconds, as an expression.
 pub fn db_now(backend: DbBackend) -> Expr {

@@ -6,7 +6,7 @@
 
 use super::authority::Authority;
 use super::{audit, begin_write, checkpoints, db_now, Mover};
-use crate::entities::{export_events, exports};
+use crate::entities::{job_events, jobs};
 use crate::faults::Faults;
 use app::ExportStatus;
 use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait, LockBehavior, LockType, Query};
@@ -117,7 +117,7 @@ pub struct Current {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The row moved; this is it after the move.
-    Moved(Box<exports::Model>),
+    Moved(Box<jobs::Model>),
     /// Someone else moved it first (or it was never in an expected state): how it is now.
     NotMoved(Current),
 }
@@ -172,7 +172,7 @@ pub struct Artifact {
 }
 
 fn is(status: ExportStatus) -> Expr {
-    Expr::col((exports::Entity, exports::Column::Status)).eq(status.as_str())
+    Expr::col((jobs::Entity, jobs::Column::Status)).eq(status.as_str())
 }
 
 fn none<T>() -> Expr
@@ -196,33 +196,33 @@ enum Held {
 /// `id = …`, and with [`Held::Skip`] on PostgreSQL, only if no other transaction holds the row
 /// (taking it with `lock`: `NoKeyUpdate` for an UPDATE, `Update` for a DELETE).
 fn the_row(backend: DbBackend, id: &str, held: Held, lock: LockType) -> sea_orm::Condition {
-    let mut c = sea_orm::Condition::all().add(exports::Column::Id.eq(id));
+    let mut c = sea_orm::Condition::all().add(jobs::Column::Id.eq(id));
     if held == Held::Skip && backend == DbBackend::Postgres {
         let unheld = Query::select()
-            .column(exports::Column::Id)
-            .from(exports::Entity)
-            .and_where(exports::Column::Id.eq(id))
+            .column(jobs::Column::Id)
+            .from(jobs::Entity)
+            .and_where(jobs::Column::Id.eq(id))
             .lock_with_behavior(lock, LockBehavior::SkipLocked)
             .to_owned();
-        c = c.add(exports::Column::Id.in_subquery(unheld));
+        c = c.add(jobs::Column::Id.in_subquery(unheld));
     }
     c
 }
 
 /// An UPDATE of one job that records where it moved from and when.
-fn moving(backend: DbBackend, id: &str, held: Held) -> UpdateMany<exports::Entity> {
-    exports::Entity::update_many()
-        .col_expr(exports::Column::PreviousStatus, Expr::col(exports::Column::Status))
-        .col_expr(exports::Column::UpdatedAt, db_now(backend))
+fn moving(backend: DbBackend, id: &str, held: Held) -> UpdateMany<jobs::Entity> {
+    jobs::Entity::update_many()
+        .col_expr(jobs::Column::PreviousStatus, Expr::col(jobs::Column::Status))
+        .col_expr(jobs::Column::UpdatedAt, db_now(backend))
         .filter(the_row(backend, id, held, LockType::NoKeyUpdate))
 }
 
 /// The row's status and generation now.
 pub async fn current<C: ConnectionTrait>(db: &C, id: &str) -> Result<Current, DbErr> {
-    let row = exports::Entity::find_by_id(id.to_owned())
+    let row = jobs::Entity::find_by_id(id.to_owned())
         .select_only()
-        .column(exports::Column::Status)
-        .column(exports::Column::Generation)
+        .column(jobs::Column::Status)
+        .column(jobs::Column::Generation)
         .into_tuple::<(String, i32)>()
         .one(db)
         .await?;
@@ -238,7 +238,7 @@ type Fault<'a> = Option<(&'a Faults, &'static str)>;
 
 /// Runs a transition: the UPDATE and, if it moved the row, its audit row in one transaction. (A
 /// row that becomes `queued` wakes the workers through the database's own trigger.)
-async fn apply(db: &DatabaseConnection, id: &str, update: UpdateMany<exports::Entity>, by: Mover<'_>, detail: Option<&str>, fault: Fault<'_>) -> Result<Outcome, DbErr> {
+async fn apply(db: &DatabaseConnection, id: &str, update: UpdateMany<jobs::Entity>, by: Mover<'_>, detail: Option<&str>, fault: Fault<'_>) -> Result<Outcome, DbErr> {
     let txn = begin_write(db).await?;
     let moved = update.exec_with_returning(&txn).await?;
     match moved.into_iter().next() {
@@ -276,17 +276,17 @@ pub struct Beat {
 /// stop when cancel was asked or the job is no longer its own.
 pub async fn heartbeat(db: &DatabaseConnection, id: &str, generation: i32, lease: Duration, beat: Beat) -> Result<Heartbeat, DbErr> {
     let backend = db.get_database_backend();
-    let mut update = exports::Entity::update_many()
-        .col_expr(exports::Column::LeaseExpiresAt, db_now(backend).add(lease.as_millis() as i64))
-        .col_expr(exports::Column::RowsWritten, checkpoints::rows_reported(beat.rows_written))
-        .col_expr(exports::Column::RowsTotal, Expr::val(beat.rows_total));
+    let mut update = jobs::Entity::update_many()
+        .col_expr(jobs::Column::LeaseExpiresAt, db_now(backend).add(lease.as_millis() as i64))
+        .col_expr(jobs::Column::RowsWritten, checkpoints::rows_reported(beat.rows_written))
+        .col_expr(jobs::Column::RowsTotal, Expr::val(beat.rows_total));
     if beat.progressed {
-        update = update.col_expr(exports::Column::LastProgressAt, db_now(backend));
+        update = update.col_expr(jobs::Column::LastProgressAt, db_now(backend));
     }
     let rows = update
-        .filter(exports::Column::Id.eq(id))
-        .filter(exports::Column::Generation.eq(generation))
-        .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
+        .filter(jobs::Column::Id.eq(id))
+        .filter(jobs::Column::Generation.eq(generation))
+        .filter(jobs::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
         .exec_with_returning(db)
         .await?;
     Ok(match rows.first().and_then(|r| ExportStatus::parse(&r.status)) {
@@ -298,13 +298,13 @@ pub async fn heartbeat(db: &DatabaseConnection, id: &str, generation: i32, lease
 
 /// The fence before publishing: succeeds only while `job` is `running` under its generation and
 /// its actor is still authorised, and renews the lease for the copy that follows.
-pub async fn fence(db: &DatabaseConnection, job: &exports::Model, lease: Duration, authority: Authority) -> Result<Result<(), Refusal>, DbErr> {
+pub async fn fence(db: &DatabaseConnection, job: &jobs::Model, lease: Duration, authority: Authority) -> Result<Result<(), Refusal>, DbErr> {
     let backend = db.get_database_backend();
-    let rows = exports::Entity::update_many()
-        .col_expr(exports::Column::LeaseExpiresAt, db_now(backend).add(lease.as_millis() as i64))
-        .filter(exports::Column::Id.eq(&job.id))
-        .filter(exports::Column::Generation.eq(job.generation))
-        .filter(exports::Column::Status.eq(Running.as_str()))
+    let rows = jobs::Entity::update_many()
+        .col_expr(jobs::Column::LeaseExpiresAt, db_now(backend).add(lease.as_millis() as i64))
+        .filter(jobs::Column::Id.eq(&job.id))
+        .filter(jobs::Column::Generation.eq(job.generation))
+        .filter(jobs::Column::Status.eq(Running.as_str()))
         .filter(authority.condition())
         .exec(db)
         .await?;
@@ -320,36 +320,36 @@ pub async fn fence(db: &DatabaseConnection, job: &exports::Model, lease: Duratio
 #[allow(clippy::too_many_arguments)]
 pub async fn release(
     db: &DatabaseConnection,
-    job: &exports::Model,
+    job: &jobs::Model,
     artifact: &Artifact,
     artifact_ttl: Duration,
     authority: Authority,
     by: Mover<'_>,
     faults: &Faults,
-) -> Result<Result<Box<exports::Model>, Refusal>, DbErr> {
+) -> Result<Result<Box<jobs::Model>, Refusal>, DbErr> {
     let backend = db.get_database_backend();
     let now = || db_now(backend);
     let update = moving(backend, &job.id, Held::Wait)
-        .col_expr(exports::Column::Status, Expr::val(Ready.as_str()))
-        .col_expr(exports::Column::ArtifactKey, Expr::val(artifact.key.clone()))
-        .col_expr(exports::Column::ArtifactSha256, Expr::val(artifact.sha256.clone()))
-        .col_expr(exports::Column::ArtifactBytes, Expr::val(artifact.bytes))
-        .col_expr(exports::Column::ArtifactRows, Expr::val(artifact.rows))
-        .col_expr(exports::Column::BundleDigest, Expr::val(artifact.bundle_digest.clone()))
-        .col_expr(exports::Column::ArtifactExpiresAt, now().add(artifact_ttl.as_millis() as i64))
-        .col_expr(exports::Column::ArtifactExpired, Expr::val(false))
-        .col_expr(exports::Column::RowsWritten, Expr::val(artifact.rows))
-        .col_expr(exports::Column::RowsTotal, Expr::val(artifact.rows))
-        .col_expr(exports::Column::ErrorCode, none::<String>())
-        .col_expr(exports::Column::ErrorMessage, none::<String>())
-        .col_expr(exports::Column::ErrorRetryable, none::<bool>())
-        .col_expr(exports::Column::ErrorSupportRef, none::<String>())
-        .col_expr(exports::Column::NextAttemptAt, none::<i64>())
-        .col_expr(exports::Column::LeaseOwner, none::<String>())
-        .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())
-        .col_expr(exports::Column::FinishedAt, now())
-        .filter(exports::Column::Generation.eq(job.generation))
-        .filter(exports::Column::Status.eq(Running.as_str()))
+        .col_expr(jobs::Column::Status, Expr::val(Ready.as_str()))
+        .col_expr(jobs::Column::ArtifactKey, Expr::val(artifact.key.clone()))
+        .col_expr(jobs::Column::ArtifactSha256, Expr::val(artifact.sha256.clone()))
+        .col_expr(jobs::Column::ArtifactBytes, Expr::val(artifact.bytes))
+        .col_expr(jobs::Column::ArtifactRows, Expr::val(artifact.rows))
+        .col_expr(jobs::Column::BundleDigest, Expr::val(artifact.bundle_digest.clone()))
+        .col_expr(jobs::Column::ArtifactExpiresAt, now().add(artifact_ttl.as_millis() as i64))
+        .col_expr(jobs::Column::ArtifactExpired, Expr::val(false))
+        .col_expr(jobs::Column::RowsWritten, Expr::val(artifact.rows))
+        .col_expr(jobs::Column::RowsTotal, Expr::val(artifact.rows))
+        .col_expr(jobs::Column::ErrorCode, none::<String>())
+        .col_expr(jobs::Column::ErrorMessage, none::<String>())
+        .col_expr(jobs::Column::ErrorRetryable, none::<bool>())
+        .col_expr(jobs::Column::ErrorSupportRef, none::<String>())
+        .col_expr(jobs::Column::NextAttemptAt, none::<i64>())
+        .col_expr(jobs::Column::LeaseOwner, none::<String>())
+        .col_expr(jobs::Column::LeaseExpiresAt, none::<i64>())
+        .col_expr(jobs::Column::FinishedAt, now())
+        .filter(jobs::Column::Generation.eq(job.generation))
+        .filter(jobs::Column::Status.eq(Running.as_str()))
         .filter(authority.condition());
     Ok(match apply(db, &job.id, update, by, None, Some((faults, "release_before_commit"))).await? {
         Outcome::Moved(row) => Ok(row),
@@ -379,7 +379,7 @@ pub enum Ender {
 /// process holds.
 pub async fn end_attempt(
     db: &DatabaseConnection,
-    job: &exports::Model,
+    job: &jobs::Model,
     failure: Failure,
     support_ref: &str,
     policy: &RetryPolicy,
@@ -389,7 +389,7 @@ pub async fn end_attempt(
     let backend = db.get_database_backend();
     let now = || db_now(backend);
     let cancel = || is(CancelRequested);
-    let retry = || is(Running).and(Expr::col((exports::Entity, exports::Column::Attempt)).lt(policy.max_attempts));
+    let retry = || is(Running).and(Expr::col((jobs::Entity, jobs::Column::Attempt)).lt(policy.max_attempts));
     let unless_cancelled = |value: Expr| -> Expr { CaseStatement::new().case(cancel(), Expr::val(Option::<String>::None)).finally(value).into() };
     let (status, next_attempt, finished): (Expr, Expr, Expr) = if failure.transient {
         (
@@ -402,64 +402,64 @@ pub async fn end_attempt(
     };
     let held = if ender == Ender::Attempt { Held::Wait } else { Held::Skip };
     let mut update = moving(backend, &job.id, held)
-        .col_expr(exports::Column::Status, status)
-        .col_expr(exports::Column::NextAttemptAt, next_attempt)
-        .col_expr(exports::Column::FinishedAt, finished)
-        .col_expr(exports::Column::ErrorCode, unless_cancelled(Expr::val(failure.code)))
-        .col_expr(exports::Column::ErrorMessage, unless_cancelled(Expr::val(failure.message)))
+        .col_expr(jobs::Column::Status, status)
+        .col_expr(jobs::Column::NextAttemptAt, next_attempt)
+        .col_expr(jobs::Column::FinishedAt, finished)
+        .col_expr(jobs::Column::ErrorCode, unless_cancelled(Expr::val(failure.code)))
+        .col_expr(jobs::Column::ErrorMessage, unless_cancelled(Expr::val(failure.message)))
         .col_expr(
-            exports::Column::ErrorRetryable,
+            jobs::Column::ErrorRetryable,
             CaseStatement::new().case(cancel(), none::<bool>()).finally(Expr::val(failure.retryable)).into(),
         )
-        .col_expr(exports::Column::ErrorSupportRef, unless_cancelled(Expr::val(support_ref)))
-        .col_expr(exports::Column::LeaseOwner, none::<String>())
-        .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())
-        .filter(exports::Column::Generation.eq(job.generation))
-        .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]));
+        .col_expr(jobs::Column::ErrorSupportRef, unless_cancelled(Expr::val(support_ref)))
+        .col_expr(jobs::Column::LeaseOwner, none::<String>())
+        .col_expr(jobs::Column::LeaseExpiresAt, none::<i64>())
+        .filter(jobs::Column::Generation.eq(job.generation))
+        .filter(jobs::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]));
     match ender {
         Ender::Attempt => {}
-        Ender::LapsedLease => update = update.filter(Expr::col((exports::Entity, exports::Column::LeaseExpiresAt)).lt(now())),
+        Ender::LapsedLease => update = update.filter(Expr::col((jobs::Entity, jobs::Column::LeaseExpiresAt)).lt(now())),
         Ender::Stalled { quiet } => {
             update = update
-                .filter(Expr::col((exports::Entity, exports::Column::LastProgressAt)).lt(now().sub(quiet.as_millis() as i64)))
-                .filter(Expr::col((exports::Entity, exports::Column::LeaseExpiresAt)).gte(now()))
+                .filter(Expr::col((jobs::Entity, jobs::Column::LastProgressAt)).lt(now().sub(quiet.as_millis() as i64)))
+                .filter(Expr::col((jobs::Entity, jobs::Column::LeaseExpiresAt)).gte(now()))
         }
     }
     apply(db, &job.id, update, by, Some(failure.code), None).await
 }
 
 /// `cancel_requested → cancelled`: the worker saw the cancel at a checkpoint and stopped.
-pub async fn acknowledge_cancel(db: &DatabaseConnection, job: &exports::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
+pub async fn acknowledge_cancel(db: &DatabaseConnection, job: &jobs::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let update = moving(backend, &job.id, Held::Wait)
-        .col_expr(exports::Column::Status, Expr::val(Cancelled.as_str()))
-        .col_expr(exports::Column::FinishedAt, db_now(backend))
-        .col_expr(exports::Column::LeaseOwner, none::<String>())
-        .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())
-        .filter(exports::Column::Generation.eq(job.generation))
-        .filter(exports::Column::Status.eq(CancelRequested.as_str()));
+        .col_expr(jobs::Column::Status, Expr::val(Cancelled.as_str()))
+        .col_expr(jobs::Column::FinishedAt, db_now(backend))
+        .col_expr(jobs::Column::LeaseOwner, none::<String>())
+        .col_expr(jobs::Column::LeaseExpiresAt, none::<i64>())
+        .filter(jobs::Column::Generation.eq(job.generation))
+        .filter(jobs::Column::Status.eq(CancelRequested.as_str()));
     apply(db, &job.id, update, by, Some("cancel seen at a checkpoint"), None).await
 }
 
 /// Hands a job back on shutdown: `running → queued` with attempt−1 (not counted) and no
 /// progress but its checkpoints', so another worker starts it afresh (after its last checkpoint);
 /// a job whose cancel was asked ends `cancelled`.
-pub async fn hand_back(db: &DatabaseConnection, job: &exports::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
+pub async fn hand_back(db: &DatabaseConnection, job: &jobs::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let cancel = || is(CancelRequested);
     let update = moving(backend, &job.id, Held::Wait)
-        .col_expr(exports::Column::Status, CaseStatement::new().case(cancel(), Expr::val(Cancelled.as_str())).finally(Expr::val(Queued.as_str())).into())
+        .col_expr(jobs::Column::Status, CaseStatement::new().case(cancel(), Expr::val(Cancelled.as_str())).finally(Expr::val(Queued.as_str())).into())
         .col_expr(
-            exports::Column::Attempt,
-            CaseStatement::new().case(cancel(), Expr::col(exports::Column::Attempt)).finally(Expr::col(exports::Column::Attempt).sub(1)).into(),
+            jobs::Column::Attempt,
+            CaseStatement::new().case(cancel(), Expr::col(jobs::Column::Attempt)).finally(Expr::col(jobs::Column::Attempt).sub(1)).into(),
         )
-        .col_expr(exports::Column::RowsWritten, checkpoints::rows_kept_across_attempts())
-        .col_expr(exports::Column::RowsTotal, checkpoints::total_kept_across_attempts())
-        .col_expr(exports::Column::FinishedAt, CaseStatement::new().case(cancel(), db_now(backend)).finally(none::<i64>()).into())
-        .col_expr(exports::Column::LeaseOwner, none::<String>())
-        .col_expr(exports::Column::LeaseExpiresAt, none::<i64>())
-        .filter(exports::Column::Generation.eq(job.generation))
-        .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]));
+        .col_expr(jobs::Column::RowsWritten, checkpoints::rows_kept_across_attempts())
+        .col_expr(jobs::Column::RowsTotal, checkpoints::total_kept_across_attempts())
+        .col_expr(jobs::Column::FinishedAt, CaseStatement::new().case(cancel(), db_now(backend)).finally(none::<i64>()).into())
+        .col_expr(jobs::Column::LeaseOwner, none::<String>())
+        .col_expr(jobs::Column::LeaseExpiresAt, none::<i64>())
+        .filter(jobs::Column::Generation.eq(job.generation))
+        .filter(jobs::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]));
     apply(db, &job.id, update, by, Some("handed back"), None).await
 }
 
@@ -481,15 +481,15 @@ pub enum Canceller<'a> {
 /// cancel_requested` (the worker stops at its next checkpoint).
 pub async fn cancel(db: &DatabaseConnection, id: &str, by: Canceller<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
-    let waiting = || Expr::col((exports::Entity, exports::Column::Status)).is_in([Queued.as_str(), RetryWait.as_str()]);
+    let waiting = || Expr::col((jobs::Entity, jobs::Column::Status)).is_in([Queued.as_str(), RetryWait.as_str()]);
     let mut update = moving(backend, id, Held::Wait)
-        .col_expr(exports::Column::Status, CaseStatement::new().case(waiting(), Expr::val(Cancelled.as_str())).finally(Expr::val(CancelRequested.as_str())).into())
-        .col_expr(exports::Column::FinishedAt, CaseStatement::new().case(waiting(), db_now(backend)).finally(none::<i64>()).into())
-        .col_expr(exports::Column::NextAttemptAt, none::<i64>())
-        .filter(exports::Column::Status.is_in([Queued.as_str(), RetryWait.as_str(), Running.as_str()]));
+        .col_expr(jobs::Column::Status, CaseStatement::new().case(waiting(), Expr::val(Cancelled.as_str())).finally(Expr::val(CancelRequested.as_str())).into())
+        .col_expr(jobs::Column::FinishedAt, CaseStatement::new().case(waiting(), db_now(backend)).finally(none::<i64>()).into())
+        .col_expr(jobs::Column::NextAttemptAt, none::<i64>())
+        .filter(jobs::Column::Status.is_in([Queued.as_str(), RetryWait.as_str(), Running.as_str()]));
     let mover = match by {
         Canceller::User { tenant_id, actor_id } => {
-            update = update.filter(exports::Column::TenantId.eq(tenant_id)).filter(exports::Column::ActorId.eq(actor_id));
+            update = update.filter(jobs::Column::TenantId.eq(tenant_id)).filter(jobs::Column::ActorId.eq(actor_id));
             Mover::User(actor_id)
         }
         Canceller::Operator => Mover::Operator,
@@ -503,20 +503,20 @@ pub async fn cancel(db: &DatabaseConnection, id: &str, by: Canceller<'_>) -> Res
 pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let update = moving(backend, id, Held::Wait)
-        .col_expr(exports::Column::Status, Expr::val(Queued.as_str()))
-        .col_expr(exports::Column::Attempt, Expr::val(0))
-        .col_expr(exports::Column::NextAttemptAt, none::<i64>())
-        .col_expr(exports::Column::FinishedAt, none::<i64>())
-        .col_expr(exports::Column::RowsWritten, Expr::val(0i64))
-        .col_expr(exports::Column::RowsTotal, none::<i64>())
-        .col_expr(exports::Column::LastProgressAt, none::<i64>())
-        .col_expr(exports::Column::CheckpointSeq, Expr::val(0))
-        .col_expr(exports::Column::CheckpointPlan, none::<String>())
-        .col_expr(exports::Column::ErrorCode, none::<String>())
-        .col_expr(exports::Column::ErrorMessage, none::<String>())
-        .col_expr(exports::Column::ErrorRetryable, none::<bool>())
-        .col_expr(exports::Column::ErrorSupportRef, none::<String>())
-        .filter(exports::Column::Status.eq(Failed.as_str()));
+        .col_expr(jobs::Column::Status, Expr::val(Queued.as_str()))
+        .col_expr(jobs::Column::Attempt, Expr::val(0))
+        .col_expr(jobs::Column::NextAttemptAt, none::<i64>())
+        .col_expr(jobs::Column::FinishedAt, none::<i64>())
+        .col_expr(jobs::Column::RowsWritten, Expr::val(0i64))
+        .col_expr(jobs::Column::RowsTotal, none::<i64>())
+        .col_expr(jobs::Column::LastProgressAt, none::<i64>())
+        .col_expr(jobs::Column::CheckpointSeq, Expr::val(0))
+        .col_expr(jobs::Column::CheckpointPlan, none::<String>())
+        .col_expr(jobs::Column::ErrorCode, none::<String>())
+        .col_expr(jobs::Column::ErrorMessage, none::<String>())
+        .col_expr(jobs::Column::ErrorRetryable, none::<bool>())
+        .col_expr(jobs::Column::ErrorSupportRef, none::<String>())
+        .filter(jobs::Column::Status.eq(Failed.as_str()));
     apply(db, id, update, Mover::Operator, Some("redriven"), None).await
 }
 
@@ -524,10 +524,10 @@ pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr
 // value lets the indexes on (status, time) find the rows, where the clock function would not.
 
 /// Running jobs (and cancels) whose lease ran out by `now`: their worker is gone.
-pub async fn lapsed_leases(db: &DatabaseConnection, now: i64, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
-    exports::Entity::find()
-        .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
-        .filter(exports::Column::LeaseExpiresAt.lt(now))
+pub async fn lapsed_leases(db: &DatabaseConnection, now: i64, limit: u64) -> Result<Vec<jobs::Model>, DbErr> {
+    jobs::Entity::find()
+        .filter(jobs::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
+        .filter(jobs::Column::LeaseExpiresAt.lt(now))
         .limit(limit)
         .all(db)
         .await
@@ -535,11 +535,11 @@ pub async fn lapsed_leases(db: &DatabaseConnection, now: i64, limit: u64) -> Res
 
 /// Running jobs (and cancels) whose lease is renewed but whose last progress is older than
 /// `quiet` by `now`: their attempt hangs.
-pub async fn stalled_attempts(db: &DatabaseConnection, now: i64, quiet: Duration, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
-    exports::Entity::find()
-        .filter(exports::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
-        .filter(exports::Column::LastProgressAt.lt(now - quiet.as_millis() as i64))
-        .filter(exports::Column::LeaseExpiresAt.gte(now))
+pub async fn stalled_attempts(db: &DatabaseConnection, now: i64, quiet: Duration, limit: u64) -> Result<Vec<jobs::Model>, DbErr> {
+    jobs::Entity::find()
+        .filter(jobs::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
+        .filter(jobs::Column::LastProgressAt.lt(now - quiet.as_millis() as i64))
+        .filter(jobs::Column::LeaseExpiresAt.gte(now))
         .limit(limit)
         .all(db)
         .await
@@ -549,16 +549,16 @@ pub async fn stalled_attempts(db: &DatabaseConnection, now: i64, quiet: Duration
 /// claimable since before `t` (a queued row is not written while it waits, so `updated_at` is
 /// when it started waiting; a job in `retry_wait` is claimable from `next_attempt_at`).
 fn claimable_since_before(t: Expr) -> sea_orm::Condition {
-    let col = |c: exports::Column| Expr::col((exports::Entity, c));
+    let col = |c: jobs::Column| Expr::col((jobs::Entity, c));
     sea_orm::Condition::any()
-        .add(col(exports::Column::Status).eq(Queued.as_str()).and(col(exports::Column::UpdatedAt).lt(t.clone())))
-        .add(col(exports::Column::Status).eq(RetryWait.as_str()).and(col(exports::Column::NextAttemptAt).lt(t)))
+        .add(col(jobs::Column::Status).eq(Queued.as_str()).and(col(jobs::Column::UpdatedAt).lt(t.clone())))
+        .add(col(jobs::Column::Status).eq(RetryWait.as_str()).and(col(jobs::Column::NextAttemptAt).lt(t)))
 }
 
 /// Jobs claimable for longer than `ttl` by `now`, and not claimed: no worker serves them.
-pub async fn overdue_unclaimed(db: &DatabaseConnection, now: i64, ttl: Duration, limit: u64) -> Result<Vec<exports::Model>, DbErr> {
-    exports::Entity::find()
-        .filter(exports::Column::Status.is_in([Queued.as_str(), RetryWait.as_str()]))
+pub async fn overdue_unclaimed(db: &DatabaseConnection, now: i64, ttl: Duration, limit: u64) -> Result<Vec<jobs::Model>, DbErr> {
+    jobs::Entity::find()
+        .filter(jobs::Column::Status.is_in([Queued.as_str(), RetryWait.as_str()]))
         .filter(claimable_since_before(Expr::val(now - ttl.as_millis() as i64)))
         .limit(limit)
         .all(db)
@@ -566,51 +566,51 @@ pub async fn overdue_unclaimed(db: &DatabaseConnection, now: i64, ttl: Duration,
 }
 
 /// `queued`/`retry_wait → failed` (`no_worker`) for a job claimable for longer than `ttl`.
-pub async fn fail_unclaimed(db: &DatabaseConnection, job: &exports::Model, ttl: Duration, support_ref: &str, by: Mover<'_>) -> Result<Outcome, DbErr> {
+pub async fn fail_unclaimed(db: &DatabaseConnection, job: &jobs::Model, ttl: Duration, support_ref: &str, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let failure = Failure::NO_WORKER;
     let update = moving(backend, &job.id, Held::Skip)
-        .col_expr(exports::Column::Status, Expr::val(Failed.as_str()))
-        .col_expr(exports::Column::ErrorCode, Expr::val(failure.code))
-        .col_expr(exports::Column::ErrorMessage, Expr::val(failure.message))
-        .col_expr(exports::Column::ErrorRetryable, Expr::val(failure.retryable))
-        .col_expr(exports::Column::ErrorSupportRef, Expr::val(support_ref))
-        .col_expr(exports::Column::FinishedAt, db_now(backend))
-        .col_expr(exports::Column::NextAttemptAt, none::<i64>())
-        .filter(exports::Column::Generation.eq(job.generation))
+        .col_expr(jobs::Column::Status, Expr::val(Failed.as_str()))
+        .col_expr(jobs::Column::ErrorCode, Expr::val(failure.code))
+        .col_expr(jobs::Column::ErrorMessage, Expr::val(failure.message))
+        .col_expr(jobs::Column::ErrorRetryable, Expr::val(failure.retryable))
+        .col_expr(jobs::Column::ErrorSupportRef, Expr::val(support_ref))
+        .col_expr(jobs::Column::FinishedAt, db_now(backend))
+        .col_expr(jobs::Column::NextAttemptAt, none::<i64>())
+        .filter(jobs::Column::Generation.eq(job.generation))
         .filter(claimable_since_before(db_now(backend).sub(ttl.as_millis() as i64)));
     apply(db, &job.id, update, by, Some(failure.code), None).await
 }
 
 /// Ready jobs whose artifact is past its retention by `now` and not yet marked expired.
 /// Only those of `deployments` (empty: all), since deleting one needs its deployment's store.
-pub async fn due_artifacts(db: &DatabaseConnection, now: i64, deployments: &[String], limit: u64) -> Result<Vec<exports::Model>, DbErr> {
-    let mut find = exports::Entity::find();
+pub async fn due_artifacts(db: &DatabaseConnection, now: i64, deployments: &[String], limit: u64) -> Result<Vec<jobs::Model>, DbErr> {
+    let mut find = jobs::Entity::find();
     if !deployments.is_empty() {
-        find = find.filter(exports::Column::Deployment.is_in(deployments.iter().cloned()));
+        find = find.filter(jobs::Column::Deployment.is_in(deployments.iter().cloned()));
     }
     find
-        .filter(exports::Column::Status.eq(Ready.as_str()))
-        .filter(exports::Column::ArtifactExpiresAt.lte(now))
-        .filter(exports::Column::ArtifactExpired.eq(false))
+        .filter(jobs::Column::Status.eq(Ready.as_str()))
+        .filter(jobs::Column::ArtifactExpiresAt.lte(now))
+        .filter(jobs::Column::ArtifactExpired.eq(false))
         .limit(limit)
         .all(db)
         .await
 }
 
 /// Marks a ready job's artifact expired, once its object is deleted; the record stays.
-pub async fn mark_artifact_expired(db: &DatabaseConnection, job: &exports::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
+pub async fn mark_artifact_expired(db: &DatabaseConnection, job: &jobs::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let update = moving(backend, &job.id, Held::Skip)
-        .col_expr(exports::Column::ArtifactExpired, Expr::val(true))
-        .filter(exports::Column::Status.eq(Ready.as_str()))
-        .filter(exports::Column::ArtifactExpired.eq(false))
-        .filter(Expr::col((exports::Entity, exports::Column::ArtifactExpiresAt)).lte(db_now(backend)));
+        .col_expr(jobs::Column::ArtifactExpired, Expr::val(true))
+        .filter(jobs::Column::Status.eq(Ready.as_str()))
+        .filter(jobs::Column::ArtifactExpired.eq(false))
+        .filter(Expr::col((jobs::Entity, jobs::Column::ArtifactExpiresAt)).lte(db_now(backend)));
     apply(db, &job.id, update, by, Some("artifact expired"), None).await
 }
 
 fn finished_before(backend: DbBackend, ttl: Duration) -> Expr {
-    Expr::col((exports::Entity, exports::Column::FinishedAt)).if_null(Expr::col((exports::Entity, exports::Column::UpdatedAt))).lt(db_now(backend).sub(ttl.as_millis() as i64))
+    Expr::col((jobs::Entity, jobs::Column::FinishedAt)).if_null(Expr::col((jobs::Entity, jobs::Column::UpdatedAt))).lt(db_now(backend).sub(ttl.as_millis() as i64))
 }
 
 const TERMINAL: [&str; 3] = ["ready", "failed", "cancelled"];
@@ -619,19 +619,19 @@ const TERMINAL: [&str; 3] = ["ready", "failed", "cancelled"];
 /// terminal state sets `finished_at`).
 /// A record that still keeps an artifact is one only a janitor of its deployment can purge
 /// (it deletes the file first): with `deployments` (empty: all), only those are listed.
-pub async fn purgeable(db: &DatabaseConnection, now: i64, ttl: Duration, deployments: &[String], limit: u64) -> Result<Vec<exports::Model>, DbErr> {
-    let mut find = exports::Entity::find();
+pub async fn purgeable(db: &DatabaseConnection, now: i64, ttl: Duration, deployments: &[String], limit: u64) -> Result<Vec<jobs::Model>, DbErr> {
+    let mut find = jobs::Entity::find();
     if !deployments.is_empty() {
         find = find.filter(
             sea_orm::Condition::any()
-                .add(exports::Column::ArtifactKey.is_null())
-                .add(exports::Column::ArtifactExpired.eq(true))
-                .add(exports::Column::Deployment.is_in(deployments.iter().cloned())),
+                .add(jobs::Column::ArtifactKey.is_null())
+                .add(jobs::Column::ArtifactExpired.eq(true))
+                .add(jobs::Column::Deployment.is_in(deployments.iter().cloned())),
         );
     }
     find
-        .filter(exports::Column::Status.is_in(TERMINAL))
-        .filter(exports::Column::FinishedAt.lt(now - ttl.as_millis() as i64))
+        .filter(jobs::Column::Status.is_in(TERMINAL))
+        .filter(jobs::Column::FinishedAt.lt(now - ttl.as_millis() as i64))
         .limit(limit)
         .all(db)
         .await
@@ -639,12 +639,12 @@ pub async fn purgeable(db: &DatabaseConnection, now: i64, ttl: Duration, deploym
 
 /// Deletes a finished job's record and its audit trail, so its key may be used again. False
 /// when it was not (or no longer) purgeable.
-pub async fn purge(db: &DatabaseConnection, job: &exports::Model, ttl: Duration) -> Result<bool, DbErr> {
+pub async fn purge(db: &DatabaseConnection, job: &jobs::Model, ttl: Duration) -> Result<bool, DbErr> {
     let backend = db.get_database_backend();
     let txn = begin_write(db).await?;
-    let deleted = exports::Entity::delete_many()
+    let deleted = jobs::Entity::delete_many()
         .filter(the_row(backend, &job.id, Held::Skip, LockType::Update))
-        .filter(exports::Column::Status.is_in(TERMINAL))
+        .filter(jobs::Column::Status.is_in(TERMINAL))
         .filter(finished_before(backend, ttl))
         .exec(&txn)
         .await?;
@@ -652,18 +652,18 @@ pub async fn purge(db: &DatabaseConnection, job: &exports::Model, ttl: Duration)
         txn.rollback().await?;
         return Ok(false);
     }
-    export_events::Entity::delete_many().filter(export_events::Column::ExportId.eq(&job.id)).exec(&txn).await?;
+    job_events::Entity::delete_many().filter(job_events::Column::JobId.eq(&job.id)).exec(&txn).await?;
     super::checkpoints::forget(&txn, &job.id).await?;
     txn.commit().await?;
     Ok(true)
 }
 
 /// The jobs with these ids (for the janitor's store sweeps).
-pub async fn by_ids(db: &DatabaseConnection, ids: &[String]) -> Result<Vec<exports::Model>, DbErr> {
+pub async fn by_ids(db: &DatabaseConnection, ids: &[String]) -> Result<Vec<jobs::Model>, DbErr> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    exports::Entity::find().filter(exports::Column::Id.is_in(ids.iter().cloned())).all(db).await
+    jobs::Entity::find().filter(jobs::Column::Id.is_in(ids.iter().cloned())).all(db).await
 }
 
 #[cfg(test)]

@@ -12,6 +12,16 @@ pub fn defuse(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// A cell of an exported file read back (SPEC §10): the `'` that [`defuse`] put before a cell a
+/// spreadsheet would read as a formula is removed, so an export imports unchanged; any other
+/// cell is as it is.
+pub fn undefuse(cell: &str) -> &str {
+    match cell.strip_prefix('\'') {
+        Some(rest) if needs_defusing(rest) => rest,
+        _ => cell,
+    }
+}
+
 /// Minor units as a decimal amount: `-1250` → `-12.50`.
 pub fn money(cents: i64) -> String {
     let sign = if cents < 0 { "-" } else { "" };
@@ -127,13 +137,27 @@ impl CsvEncoder {
 }
 
 /// Whether a spreadsheet would read this text as a formula.
+// A `'` before such a cell is defused too (`'=x` is written `''=x`), so that reading a `'`
+// back off any defused cell gives the cell exactly (SPEC §10's export imported unchanged).
 fn needs_defusing(text: &str) -> bool {
-    matches!(text.as_bytes().first(), Some(b'=' | b'+' | b'-' | b'@' | b'\t' | b'\r' | b'\n'))
+    match text.as_bytes().first() {
+        Some(b'=' | b'+' | b'-' | b'@' | b'\t' | b'\r' | b'\n') => true,
+        Some(b'\'') => needs_defusing(&text[1..]),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_defused_cell_reads_back_as_it_was_and_no_other_cell_changes() {
+        for text in ["=SUM(A1)", "+1", "-12.50", "@x", "\tx", "\r\n", "'", "'=x", "plain", "", "'quoted'", "محمد"] {
+            assert_eq!(undefuse(&defuse(text)), text, "{text:?}");
+        }
+        assert_eq!(undefuse("'plain"), "'plain", "a quote before harmless text is the text's own");
+    }
 
     #[test]
     fn formula_like_text_is_defused_and_nothing_else_changes() {

@@ -19,8 +19,9 @@
 
 use super::WorkerContext;
 use crate::db::db_now_ms;
-use crate::entities::{exports, tenants};
+use crate::entities::{jobs, tenants};
 use crate::error::new_support_ref;
+use crate::imports::uploads;
 use crate::job_store::transitions::{self, Ender, Failure, Outcome};
 use crate::job_store::Mover;
 use crate::storage::{parse_artifact_key, parse_staging_key, part_generation, ExportStore};
@@ -53,6 +54,10 @@ pub struct Pass {
     pub staging_deleted: usize,
     /// Objects under `exports/` deleted that were not their job's artifact.
     pub orphans_deleted: usize,
+    /// Uploads removed after `EXPORTD_UPLOAD_TTL_SECS` unused.
+    pub uploads_expired: usize,
+    /// Objects under `uploads/` and `uploading/` deleted that no upload keeps.
+    pub upload_objects_deleted: usize,
 }
 
 /// The longest one pass may take; a pass stuck on a store that stopped answering is abandoned,
@@ -95,6 +100,7 @@ pub async fn pass(ctx: &WorkerContext, sweep: bool) -> Result<Pass, DbErr> {
     done.unclaimed_failed = fail_unclaimed(ctx, now, by).await?;
     done.artifacts_expired = expire_artifacts(ctx, now, by).await?;
     done.records_purged = purge_records(ctx, now).await?;
+    done.uploads_expired = expire_uploads(ctx, now).await?;
     done.logins_purged = (crate::auth::throttle::purge(&ctx.db, now).await? + crate::auth::purge_sessions(&ctx.db, now).await?) as usize;
     if sweep {
         for deployment in served_deployments(ctx).await? {
@@ -108,6 +114,7 @@ pub async fn pass(ctx: &WorkerContext, sweep: bool) -> Result<Pass, DbErr> {
             done.staging_deleted += sweep_staging(ctx, &store).await?;
             done.staging_deleted += sweep_partial_uploads(ctx, &store).await?;
             done.orphans_deleted += sweep_exports(ctx, &store).await?;
+            done.upload_objects_deleted += sweep_uploads(ctx, &store).await?;
         }
     }
     crate::db::checkpoint_wal(&ctx.db).await;
@@ -164,6 +171,45 @@ async fn fail_unclaimed(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Result<
     Ok(n)
 }
 
+/// Uploads unused for `EXPORTD_UPLOAD_TTL_SECS` that no unfinished import names: the row goes,
+/// then the object (a store that refuses leaves it to the sweep of `uploads/`).
+async fn expire_uploads(ctx: &WorkerContext, now: i64) -> Result<usize, DbErr> {
+    let before = now - ctx.config.upload_ttl.as_millis() as i64;
+    let gone = uploads::expire(&ctx.db, before, &ctx.worker.deployments, BATCH).await?;
+    for upload in &gone {
+        if let Ok(store) = ctx.stores.for_deployment(&ctx.db, &upload.deployment).await {
+            if let Err(e) = store.delete(&Path::from(upload.object_key.as_str())).await {
+                tracing::warn!(upload = %upload.id, error = %e, "expired upload's file not deleted; the sweep will");
+            }
+        }
+    }
+    Ok(gone.len())
+}
+
+/// Objects under `uploading/` (bytes still arriving, or left by a request that died) and under
+/// `uploads/` that no upload row keeps, once older than the lease plus the margin: a live
+/// upload publishes and records its file well within that.
+async fn sweep_uploads(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
+    let grace = (ctx.config.lease + ctx.config.orphan_margin).as_millis() as i64;
+    let mut deleted = 0;
+    for prefix in ["uploading", "uploads"] {
+        let listed: Vec<object_store::ObjectMeta> = store.list(prefix).filter_map(|m| async move { m.ok() }).collect().await;
+        let now = db_now_ms(&ctx.db).await?;
+        let old: Vec<_> = listed.into_iter().filter(|m| m.last_modified.timestamp_millis() <= now - grace).collect();
+        let ids: Vec<String> = old.iter().filter_map(|m| uploads::upload_id_of_key(&m.location)).collect();
+        let kept = if prefix == "uploads" { uploads::existing(&ctx.db, &ids).await? } else { HashSet::new() };
+        for meta in old {
+            if uploads::upload_id_of_key(&meta.location).is_some_and(|id| !kept.contains(&id)) {
+                match store.delete(&meta.location).await {
+                    Ok(()) => deleted += 1,
+                    Err(e) => tracing::warn!(key = %meta.location, error = %e, "not deleted; next sweep"),
+                }
+            }
+        }
+    }
+    Ok(deleted)
+}
+
 /// Whether this worker may touch the store of `deployment`.
 fn serves(ctx: &WorkerContext, deployment: &str) -> bool {
     ctx.worker.serves(deployment)
@@ -185,7 +231,7 @@ async fn expire_artifacts(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Resul
 /// Deletes a job's artifact: its file, or a checkpointed export's manifest and then every part
 /// its checkpoints reference (the manifest first, so no new download starts on parts being
 /// deleted); false when the store refused (try again next pass: every delete is idempotent).
-async fn delete_artifact(ctx: &WorkerContext, job: &exports::Model) -> bool {
+async fn delete_artifact(ctx: &WorkerContext, job: &jobs::Model) -> bool {
     let Some(key) = &job.artifact_key else { return true };
     let Ok(store) = ctx.stores.for_deployment(&ctx.db, &job.deployment).await else { return false };
     let parts = match crate::job_store::checkpoints::of_job(&ctx.db, &job.id).await {
@@ -230,7 +276,7 @@ async fn served_deployments(ctx: &WorkerContext) -> Result<Vec<String>, DbErr> {
 }
 
 /// The jobs of these ids, by id.
-async fn jobs_by_id(ctx: &WorkerContext, ids: Vec<String>) -> Result<HashMap<String, exports::Model>, DbErr> {
+async fn jobs_by_id(ctx: &WorkerContext, ids: Vec<String>) -> Result<HashMap<String, jobs::Model>, DbErr> {
     let mut ids = ids;
     ids.sort();
     ids.dedup();
@@ -242,12 +288,12 @@ async fn jobs_by_id(ctx: &WorkerContext, ids: Vec<String>) -> Result<HashMap<Str
 /// job read as past a generation has every checkpoint that generation will ever make).
 #[derive(Default)]
 struct Known {
-    jobs: HashMap<String, exports::Model>,
+    jobs: HashMap<String, jobs::Model>,
     referenced: HashSet<String>,
 }
 
 /// The part keys the checkpoints of `jobs` reference.
-async fn referenced_parts(ctx: &WorkerContext, jobs: &HashMap<String, exports::Model>) -> Result<HashSet<String>, DbErr> {
+async fn referenced_parts(ctx: &WorkerContext, jobs: &HashMap<String, jobs::Model>) -> Result<HashSet<String>, DbErr> {
     let ids: Vec<String> = jobs.keys().cloned().collect();
     let checkpoints = crate::job_store::checkpoints::of_jobs(&ctx.db, &ids).await?;
     Ok(checkpoints.into_iter().filter_map(|c| serde_json::from_str::<crate::exports::parts::PartRecord>(&c.payload).ok()).map(|p| p.key).collect())
@@ -257,7 +303,7 @@ async fn referenced_parts(ctx: &WorkerContext, jobs: &HashMap<String, exports::M
 /// checkpoints reference is read too.
 async fn sweep<F>(ctx: &WorkerContext, store: &ExportStore, prefix: &str, id_of: fn(&Path) -> Option<String>, with_parts: bool, doomed: F) -> Result<usize, DbErr>
 where
-    F: Fn(&object_store::ObjectMeta, Option<&exports::Model>, &HashSet<String>, i64) -> bool,
+    F: Fn(&object_store::ObjectMeta, Option<&jobs::Model>, &HashSet<String>, i64) -> bool,
 {
     let mut listing = store.list(prefix);
     let mut deleted = 0;
@@ -300,7 +346,7 @@ where
 /// after the object was listed: the job is gone, or has moved past that generation, or is no
 /// longer running under it. (An object of a generation newer than the job as read was written
 /// after the read, by a live attempt.)
-fn attempt_is_dead(generation: i32, job: Option<&exports::Model>) -> bool {
+fn attempt_is_dead(generation: i32, job: Option<&jobs::Model>) -> bool {
     match job {
         None => true,
         Some(job) => {
@@ -311,7 +357,7 @@ fn attempt_is_dead(generation: i32, job: Option<&exports::Model>) -> bool {
 }
 
 /// Whether the staging object `key` belongs to an attempt that can no longer release.
-fn staging_is_dead(key: &Path, job: Option<&exports::Model>) -> bool {
+fn staging_is_dead(key: &Path, job: Option<&jobs::Model>) -> bool {
     parse_staging_key(key).is_some_and(|(_, generation)| attempt_is_dead(generation, job))
 }
 
@@ -353,7 +399,7 @@ async fn sweep_partial_uploads(ctx: &WorkerContext, store: &ExportStore) -> Resu
 ///
 /// A referenced part of a job that can still finish, or of a ready export whose bundle is
 /// kept, is never doomed.
-fn export_object_is_doomed(meta: &object_store::ObjectMeta, job: Option<&exports::Model>, referenced: &HashSet<String>, now: i64, grace: i64) -> bool {
+fn export_object_is_doomed(meta: &object_store::ObjectMeta, job: Option<&jobs::Model>, referenced: &HashSet<String>, now: i64, grace: i64) -> bool {
     let old = meta.last_modified.timestamp_millis() <= now - grace;
     let Some(job) = job else { return old };
     let finished = ExportStatus::parse(&job.status).is_some_and(ExportStatus::is_terminal);

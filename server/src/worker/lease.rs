@@ -11,7 +11,7 @@
 //! transition; the database's `last_progress_at` lets the janitor end one whose worker did not.
 
 use super::WorkerContext;
-use crate::entities::exports;
+use crate::entities::jobs;
 use crate::job_store::transitions::{self, Beat, Heartbeat};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -69,7 +69,7 @@ pub struct Lease {
 impl Lease {
     /// Starts holding `job`: one heartbeat first, so an attempt on a job that is not (or no
     /// longer) this generation's — a duplicate delivery — stops before it reads anything.
-    pub async fn start(ctx: &WorkerContext, job: &exports::Model) -> Option<Lease> {
+    pub async fn start(ctx: &WorkerContext, job: &jobs::Model) -> Option<Lease> {
         let beat = Beat { progressed: true, ..Beat::default() };
         let first = renew(ctx, &job.id, job.generation, beat).await;
         let holding = match first {

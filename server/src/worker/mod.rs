@@ -130,10 +130,10 @@ async fn claim_loop(ctx: WorkerContext) {
                 // janitor takes the job back), not the claim loop.
                 let (id, attempt) = (job.id.clone(), tokio::spawn({
                     let ctx = ctx.clone();
-                    async move { jobs::export_csv::run(&ctx, job).await }
+                    async move { jobs::run(&ctx, job).await }
                 }));
                 if let Err(e) = attempt.await {
-                    tracing::error!(export = %id, error = %e, "an attempt panicked; the janitor will take the job back when its lease expires");
+                    tracing::error!(job = %id, error = %e, "an attempt panicked; the janitor will take the job back when its lease expires");
                 }
                 continue;
             }

@@ -238,7 +238,7 @@ impl TestApp {
     /// The id of the only export in the database that matches `condition` (SQL).
     pub async fn export_id_where(&self, condition: &str) -> Option<String> {
         let backend = self.db.get_database_backend();
-        let row = self.db.query_one_raw(Statement::from_string(backend, format!("SELECT id FROM exports WHERE {condition}"))).await.unwrap()?;
+        let row = self.db.query_one_raw(Statement::from_string(backend, format!("SELECT id FROM jobs WHERE {condition}"))).await.unwrap()?;
         Some(row.try_get_by_index::<String>(0).unwrap())
     }
 

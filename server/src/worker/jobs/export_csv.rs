@@ -8,7 +8,7 @@
 
 use crate::auth::load_active_actor;
 use crate::auth::AuthVia;
-use crate::entities::exports;
+use crate::entities::jobs;
 use crate::error::new_support_ref;
 use crate::exports::reports::{find_report, ReportSpec};
 use crate::exports::view::{request_of, resolved_of};
@@ -90,7 +90,7 @@ impl From<Injected> for Stop {
 
 /// Runs one claimed job to the end of its attempt, whatever happens. A job of a deployment this
 /// worker does not serve, or one that is not (or no longer) this generation's, is left as it is.
-pub async fn run(ctx: &WorkerContext, job: exports::Model) {
+pub async fn run(ctx: &WorkerContext, job: jobs::Model) {
     if !ctx.worker.serves(&job.deployment) {
         tracing::warn!(export = %job.id, deployment = %job.deployment, "refusing a job of a deployment this worker does not serve");
         return;
@@ -126,7 +126,7 @@ pub async fn run(ctx: &WorkerContext, job: exports::Model) {
 }
 
 /// Ends the attempt with the transition its result calls for.
-async fn end(ctx: &WorkerContext, job: &exports::Model, result: Result<Box<exports::Model>, Stop>) {
+async fn end(ctx: &WorkerContext, job: &jobs::Model, result: Result<Box<jobs::Model>, Stop>) {
     let by = Mover::Worker(&ctx.worker_id);
     let ended = match result {
         Ok(released) => {
@@ -162,7 +162,7 @@ async fn end(ctx: &WorkerContext, job: &exports::Model, result: Result<Box<expor
     }
 }
 
-async fn fail(ctx: &WorkerContext, job: &exports::Model, failure: Failure, detail: &str) -> Result<Outcome, sea_orm::DbErr> {
+async fn fail(ctx: &WorkerContext, job: &jobs::Model, failure: Failure, detail: &str) -> Result<Outcome, sea_orm::DbErr> {
     let support_ref = new_support_ref();
     tracing::warn!(export = %job.id, generation = job.generation, attempt = job.attempt, code = failure.code, support_ref = %support_ref, detail, "export attempt failed");
     let _ = ctx.faults.check("before_end_attempt", &job.id);
@@ -171,7 +171,7 @@ async fn fail(ctx: &WorkerContext, job: &exports::Model, failure: Failure, detai
 
 pub(super) struct Attempt<'a> {
     pub(super) ctx: &'a WorkerContext,
-    pub(super) job: &'a exports::Model,
+    pub(super) job: &'a jobs::Model,
     pub(super) store: &'a ExportStore,
     pub(super) lease: &'a Lease,
     pub(super) staging: &'a Path,
@@ -227,7 +227,7 @@ impl Attempt<'_> {
         Ok(self.ctx.faults.check(point, &self.job.id)?)
     }
 
-    async fn run(&self) -> Result<Box<exports::Model>, Stop> {
+    async fn run(&self) -> Result<Box<jobs::Model>, Stop> {
         let job = self.job;
         self.fault("after_claim")?;
         self.checkpoint()?;
@@ -244,7 +244,7 @@ impl Attempt<'_> {
     }
 
     /// A whole export as one file, in one snapshot (SPEC §5 steps 4–8).
-    async fn one_file(&self, plan: Plan, authority: Authority, compression: Compression) -> Result<Box<exports::Model>, Stop> {
+    async fn one_file(&self, plan: Plan, authority: Authority, compression: Compression) -> Result<Box<jobs::Model>, Stop> {
         let job = self.job;
         let started = std::time::Instant::now();
         let staged = self.stage(plan, self.staging, compression, 0).await?;
@@ -315,7 +315,7 @@ impl Attempt<'_> {
     }
 
     /// The release: `running → ready` with `artifact`, under this generation, while authorised.
-    pub(super) async fn release(&self, artifact: &Artifact, authority: Authority) -> Result<Box<exports::Model>, Stop> {
+    pub(super) async fn release(&self, artifact: &Artifact, authority: Authority) -> Result<Box<jobs::Model>, Stop> {
         self.fault("before_release")?;
         transitions::release(&self.ctx.db, self.job, artifact, self.ctx.config.artifact_ttl, authority, Mover::Worker(&self.ctx.worker_id), &self.ctx.faults)
             .await

@@ -11,7 +11,7 @@
 //! read, which its checkpoint and the manifest record.
 
 use super::export_csv::{Attempt, PartRead, Staged, Stop};
-use crate::entities::exports;
+use crate::entities::jobs;
 use crate::exports::canonical::canonical_json;
 use crate::exports::reports::find_report;
 use crate::exports::parts::{self, PartRecord, PartsPlan};
@@ -26,7 +26,7 @@ use app::{ExportRequest, ResolvedContract};
 use sha2::{Digest, Sha256};
 
 /// Runs the rest of a checkpointed export: from after its last checkpointed part to its release.
-pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, request: &ExportRequest, resolved: &ResolvedContract) -> Result<Box<exports::Model>, Stop> {
+pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, request: &ExportRequest, resolved: &ResolvedContract) -> Result<Box<jobs::Model>, Stop> {
     let job = a.job;
     let started = std::time::Instant::now();
     let report = find_report(&job.report).ok_or_else(|| Stop::internal(format!("unknown report {:?}", job.report)))?;

@@ -1,5 +1,23 @@
-//! The jobs a worker runs. There is one kind today: producing a CSV export, as one file
-//! (`export_csv`) or in checkpointed parts delivered as a bundle (`export_parts`).
+//! The jobs a worker runs, one module per kind of job (see [`JobKind`]): producing a CSV export,
+//! as one file (`export_csv`) or in checkpointed parts delivered as a bundle (`export_parts`).
+//! Claims, leases, fencing and the transitions that end an attempt are the job store's, the
+//! same for every kind.
 
 pub mod export_csv;
 pub mod export_parts;
+
+use crate::entities::jobs;
+use crate::job_store::kind::JobKind;
+use crate::worker::WorkerContext;
+
+/// Runs one claimed job, by its kind, to the end of its attempt.
+pub async fn run(ctx: &WorkerContext, job: jobs::Model) {
+    match JobKind::parse(&job.kind) {
+        Some(JobKind::Export) => export_csv::run(ctx, job).await,
+        // No import can be created before its job exists; the lease of one claimed anyway
+        // expires and the janitor ends it like any lost attempt.
+        Some(JobKind::Import) | None => {
+            tracing::error!(job = %job.id, kind = %job.kind, "no job of this kind runs in this worker");
+        }
+    }
+}

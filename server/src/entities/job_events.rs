@@ -1,14 +1,14 @@
-//! The `export_events` table.
+//! The `job_events` table: the audit trail of every kind of job.
 
 use sea_orm::entity::prelude::*;
 
-/// A row of `export_events`.
+/// A row of `job_events`.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-#[sea_orm(table_name = "export_events")]
+#[sea_orm(table_name = "job_events")]
 pub struct Model {
     #[sea_orm(primary_key)]
     pub id: i64,
-    pub export_id: String,
+    pub job_id: String,
     pub tenant_id: String,
     /// A user id, or `worker:<id>` / `janitor`.
     pub actor: String,

@@ -1,15 +1,18 @@
-//! The `exports` table.
+//! The `jobs` table: every job of every kind (SPEC §4, §10), with the columns the job store
+//! moves; what one kind needs beyond them lives in a table of its own.
 
 use sea_orm::entity::prelude::*;
 
-/// A row of `exports`.
+/// A row of `jobs`.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-#[sea_orm(table_name = "exports")]
+#[sea_orm(table_name = "jobs")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: String,
     pub tenant_id: String,
     pub actor_id: String,
+    /// What the job does (`export`, `import`); see [`crate::job_store::kind::JobKind`].
+    pub kind: String,
     pub idempotency_key: String,
     pub fingerprint: String,
     pub report: String,
@@ -52,6 +55,8 @@ pub struct Model {
     pub checkpoint_plan: Option<String>,
     /// A checkpointed export's bundle: the SHA-256 of its bytes (`Content-Digest`), hex.
     pub bundle_digest: Option<String>,
+    /// The upload the job reads (an import's file); an upload named by an unfinished job is kept.
+    pub upload_id: Option<String>,
 }
 
 /// No relations are navigated through the ORM; queries join explicitly.

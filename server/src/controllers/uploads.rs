@@ -1,0 +1,45 @@
+//! `/api/uploads`: files sent for imports (SPEC §10).
+
+use crate::auth::Actor;
+use crate::error::AppError;
+use crate::imports::uploads::{self, UploadOutcome};
+use crate::server::{AppState, REQUEST_TIMEOUT};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+/// Refuses a body that is not declared as CSV (`text/csv`, with any parameters).
+fn require_csv(headers: &HeaderMap) -> Result<(), AppError> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if essence == "text/csv" { Ok(()) } else { Err(AppError::UploadNotCsv) }
+}
+
+/// `POST /api/uploads`: the body, streamed into the store. 201 for new bytes, 200 for the same
+/// bytes from the same user again.
+#[utoipa::path(post, path = "/api/uploads", tag = "imports",
+    request_body(content = String, content_type = "text/csv", description = "The CSV file, at most EXPORTD_MAX_UPLOAD_BYTES"),
+    responses(
+        (status = 201, description = "A new upload", body = app::UploadView),
+        (status = 200, description = "The same bytes as an upload of this user's", body = app::UploadView),
+        (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "import-not-permitted or cross-origin", body = app::Problem, content_type = "application/problem+json"),
+        (status = 408, description = "request-timeout: the body stopped arriving", body = app::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "body-too-large: above EXPORTD_MAX_UPLOAD_BYTES; nothing kept", body = app::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type: not text/csv", body = app::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "internal", body = app::Problem, content_type = "application/problem+json")
+    ))]
+pub async fn create(State(state): State<AppState>, actor: Actor, req: Request) -> Result<Response, AppError> {
+    uploads::ensure_may_import(&actor)?;
+    require_csv(req.headers())?;
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > state.config.max_upload_bytes) {
+        return Err(AppError::UploadTooLarge { max: state.config.max_upload_bytes });
+    }
+    let body = req.into_body().into_data_stream();
+    Ok(match uploads::upload(&state, &actor, body, REQUEST_TIMEOUT).await? {
+        UploadOutcome::Created(view) => (StatusCode::CREATED, Json(view)).into_response(),
+        UploadOutcome::Existing(view) => (StatusCode::OK, Json(view)).into_response(),
+    })
+}

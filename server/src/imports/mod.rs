@@ -1,0 +1,5 @@
+//! Imports (SPEC §10): the files users send (`uploads`) and, on the job store every kind of job
+//! shares, the import jobs that validate and apply them.
+
+pub mod datasets;
+pub mod uploads;
