@@ -178,9 +178,12 @@ pub async fn cancel_job(db: &sea_orm::DatabaseConnection, id: &str) -> Answer {
 /// `exportd jobs redrive`: a failed operation back to `queued`, in its own deployment.
 pub async fn redrive_job(db: &sea_orm::DatabaseConnection, id: &str) -> Answer {
     use crate::job_store::transitions::{self, Outcome};
-    let failed = crate::entities::jobs::Entity::find_by_id(id.to_owned()).one(db).await.map_err(database)?.is_some_and(|m| m.status == "failed");
-    if failed {
-        // What its steps produced may have been swept since it failed: it starts again.
+    use crate::job_store::kind::JobKind;
+    let job = crate::entities::jobs::Entity::find_by_id(id.to_owned()).one(db).await.map_err(database)?;
+    // An export's parts may have been swept since it failed: it starts again. An import's
+    // committed batches stay applied: it goes on after them, with the plan it validated.
+    let starts_again = job.is_some_and(|m| m.status == "failed" && JobKind::parse(&m.kind) == Some(JobKind::Export));
+    if starts_again {
         crate::job_store::checkpoints::forget(db, id).await.map_err(database)?;
     }
     match transitions::redrive(db, id).await.map_err(database)? {

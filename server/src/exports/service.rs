@@ -10,15 +10,16 @@ use super::validate::{control_characters, validate};
 use super::view::{request_of, resolved_of, status_of, to_view};
 use crate::auth::{Actor, Role};
 use crate::clock::rfc3339;
-use crate::entities::{jobs, users};
+use crate::entities::jobs;
 use crate::job_store::transitions::{self, Outcome};
+use crate::job_store::intake::{self, Intake, NewJob, Owner};
+use crate::job_store::listing;
 use crate::job_store::kind::JobKind;
 use crate::job_store::{audit, Mover};
 use crate::error::AppError;
 use super::parts::PartRecord;
 use app::{Compression, Consistency, DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
-use sea_orm::sea_query::{Expr, OnConflict, Query};
-use sea_orm::{ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
 
 
@@ -44,8 +45,8 @@ pub fn parse_json(body: &[u8]) -> Result<Value, AppError> {
 }
 
 /// Reads the typed request (defaults filled in); a shape error names the field.
-fn typed_request(value: Value) -> Result<ExportRequest, AppError> {
-    serde_path_to_error::deserialize::<_, ExportRequest>(value).map_err(|e| {
+pub fn typed_request<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AppError> {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let pointer = json_pointer(e.path());
         AppError::InvalidRequest(vec![crate::error::FieldError::new(pointer, e.inner().to_string())])
     })
@@ -81,13 +82,7 @@ fn json_pointer(path: &serde_path_to_error::Path) -> String {
 }
 
 async fn find_by_key<C: ConnectionTrait>(db: &C, actor: &Actor, key: &str) -> Result<Option<jobs::Model>, AppError> {
-    Ok(jobs::Entity::find()
-        .filter(jobs::Column::TenantId.eq(&actor.tenant_id))
-        .filter(jobs::Column::ActorId.eq(&actor.user_id))
-        .filter(jobs::Column::Kind.eq(JobKind::Export.as_str()))
-        .filter(jobs::Column::IdempotencyKey.eq(key))
-        .one(db)
-        .await?)
+    Ok(intake::find_by_key(db, owner(actor), JobKind::Export, key).await?)
 }
 
 /// The answer to a key that is already bound: a replay if the intent matches — the operation as
@@ -125,7 +120,7 @@ pub async fn create_export(state: &ServiceContext, actor: &Actor, key: &Idempote
 
 async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw: Value) -> Result<CreateOutcome, AppError> {
     ensure_may_export(actor)?;
-    let typed = typed_request(raw.clone());
+    let typed = typed_request::<ExportRequest>(raw.clone());
     let fp = typed.as_ref().ok().map(fingerprint_of).transpose()
         .map_err(|e| AppError::Internal(format!("request serialisation: {e}")))?;
 
@@ -158,68 +153,31 @@ async fn insert_new(
     request: &ExportRequest,
     resolved: &ResolvedContract,
 ) -> Result<CreateOutcome, AppError> {
-    let backend = state.db.get_database_backend();
-    let txn = crate::job_store::begin_write(&state.db).await?;
-    // Serialise creates per actor: on PostgreSQL by locking the actor's row; on SQLite the
-    // IMMEDIATE transaction already holds the database's one write lock.
-    if backend == DbBackend::Postgres {
-        users::Entity::find_by_id(actor.user_id.clone()).lock_exclusive().one(&txn).await?;
+    let job = NewJob {
+        kind: JobKind::Export,
+        key,
+        fingerprint: fp,
+        report: request.report.as_str(),
+        request: serde_json::to_string(request).map_err(|e| AppError::Internal(e.to_string()))?,
+        resolved: serde_json::to_string(resolved).map_err(|e| AppError::Internal(e.to_string()))?,
+        deployment: resolved.deployment.as_str(),
+        upload_id: None,
+    };
+    match intake::create(&state.db, owner(actor), job, state.config.max_active_per_actor).await? {
+        Intake::Created(row) => {
+            state.wakeup.wake();
+            // The row as inserted: a worker may claim it at once, but the answer to this
+            // request is the operation as it was accepted.
+            Ok(CreateOutcome::Created(to_view(&row, None, None)?))
+        }
+        Intake::Bound(row) => replay_or_conflict(state, actor, &row, Some(fp)).await,
+        Intake::Full => Err(AppError::TooManyExports { retry_after_secs: 5 }),
     }
-    // The limit counts only new keys. The lookup before this transaction found no operation for
-    // the key; if one was committed since, the insert below conflicts and the answer is a replay.
-    // Only when the count says no is the key looked up again, so the common create makes no
-    // second lookup.
-    let unfinished = jobs::Entity::find()
-        .filter(jobs::Column::ActorId.eq(&actor.user_id))
-        .filter(jobs::Column::Kind.eq(JobKind::Export.as_str()))
-        .filter(jobs::Column::Status.is_in(crate::job_store::UNFINISHED))
-        .count(&txn)
-        .await?;
-    if unfinished >= state.config.max_active_per_actor {
-        let existing = find_by_key(&txn, actor, key).await?;
-        txn.rollback().await?;
-        return match existing {
-            Some(existing) => replay_or_conflict(state, actor, &existing, Some(fp)).await,
-            None => Err(AppError::TooManyExports { retry_after_secs: 5 }),
-        };
-    }
-    let id = JobKind::Export.new_id();
-    let request_json = serde_json::to_string(request).map_err(|e| AppError::Internal(e.to_string()))?;
-    let resolved_json = serde_json::to_string(resolved).map_err(|e| AppError::Internal(e.to_string()))?;
-    // Created and updated by the database's clock, the one every lease and TTL is measured by,
-    // not this host's. `RETURNING` gives the row as inserted; none when the key's row exists.
-    let now = crate::job_store::db_now(backend);
-    use jobs::Column as C;
-    let mut insert = Query::insert();
-    insert
-        .into_table(jobs::Entity)
-        .columns([
-            C::Id, C::TenantId, C::ActorId, C::Kind, C::IdempotencyKey, C::Fingerprint, C::Report, C::Request, C::Resolved, C::Deployment, C::Status,
-            C::Generation, C::Attempt, C::RowsWritten, C::ArtifactExpired, C::CreatedAt, C::UpdatedAt,
-        ])
-        .values([
-            Expr::val(id.as_str()), Expr::val(actor.tenant_id.as_str()), Expr::val(actor.user_id.as_str()), Expr::val(JobKind::Export.as_str()), Expr::val(key), Expr::val(fp),
-            Expr::val(request.report.as_str()), Expr::val(request_json), Expr::val(resolved_json), Expr::val(resolved.deployment.as_str()),
-            Expr::val(ExportStatus::Queued.as_str()), Expr::val(0), Expr::val(0), Expr::val(0i64), Expr::val(false), now.clone(), now,
-        ])
-        .map_err(|e| AppError::Internal(format!("building the insert: {e}")))?
-        .on_conflict(OnConflict::columns([C::TenantId, C::ActorId, C::Kind, C::IdempotencyKey]).do_nothing().to_owned())
-        .returning_all();
-    let inserted = jobs::Entity::find().from_raw_sql(backend.build(&insert)).one(&txn).await?;
-    if let Some(row) = &inserted {
-        audit::record_created(&txn, row, Mover::User(&actor.user_id)).await?;
-    }
-    txn.commit().await?;
-    if let Some(row) = inserted {
-        state.wakeup.wake();
-        // The row as inserted: a worker may claim it at once, but the answer to this request
-        // is the operation as it was accepted.
-        return Ok(CreateOutcome::Created(to_view(&row, None, None)?));
-    }
-    let stored = find_by_key(&state.db, actor, key)
-        .await?
-        .ok_or_else(|| AppError::Internal("the operation vanished after a conflicting insert".into()))?;
-    replay_or_conflict(state, actor, &stored, Some(fp)).await
+}
+
+/// The actor as the owner of the jobs it creates.
+pub fn owner(actor: &Actor) -> Owner<'_> {
+    Owner { tenant_id: &actor.tenant_id, actor_id: &actor.user_id }
 }
 
 /// The actor's own export with this id; any other id (unknown, malformed, another actor's or
@@ -479,19 +437,7 @@ pub async fn cancel_export(state: &ServiceContext, actor: &Actor, id: &str) -> R
 
 pub use app::ExportList;
 
-fn encode_cursor(m: &jobs::Model) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}:{}", m.created_at, m.id))
-}
 
-fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
-    use base64::Engine;
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    let (at, id) = text.split_once(':')?;
-    let at = at.parse().ok()?;
-    super::ids::is_export_id(id).then(|| (at, id.to_owned()))
-}
 
 /// The default and largest page sizes of `GET /api/exports`.
 pub const LIST_DEFAULT: u64 = 20;
@@ -500,40 +446,25 @@ pub const LIST_MAX: u64 = 100;
 
 /// The actor's exports, newest first, `limit` per page (1–100), after `cursor`.
 pub async fn list_exports(state: &ServiceContext, actor: &Actor, limit: Option<&str>, cursor: Option<&str>) -> Result<ExportList, AppError> {
+    let page = list_page(state, actor, JobKind::Export, limit, cursor).await?;
+    let mut items = Vec::with_capacity(page.rows.len());
+    for m in &page.rows {
+        items.push(view_for(state, actor, m).await?);
+    }
+    Ok(ExportList { items, next_cursor: page.next_cursor })
+}
+
+/// A page of the actor's jobs of `kind`: `limit` 1–100 (default 20), after `cursor`; either
+/// malformed is 422.
+pub async fn list_page(state: &ServiceContext, actor: &Actor, kind: JobKind, limit: Option<&str>, cursor: Option<&str>) -> Result<listing::Page, AppError> {
     let limit = match limit {
         None => LIST_DEFAULT,
         Some(s) => s.parse::<u64>().ok().filter(|n| (1..=LIST_MAX).contains(n)).ok_or_else(|| {
             AppError::InvalidRequest(vec![crate::error::FieldError::new("/limit", "limit must be a whole number from 1 to 100")])
         })?,
     };
-    let mut query = jobs::Entity::find()
-        .filter(jobs::Column::TenantId.eq(&actor.tenant_id))
-        .filter(jobs::Column::ActorId.eq(&actor.user_id))
-        .filter(jobs::Column::Kind.eq(JobKind::Export.as_str()));
-    if let Some(cursor) = cursor {
-        let (at, id) = decode_cursor(cursor)
-            .ok_or_else(|| AppError::InvalidRequest(vec![crate::error::FieldError::new("/cursor", "not a cursor this API gave out")]))?;
-        query = query.filter(
-            Condition::any()
-                .add(jobs::Column::CreatedAt.lt(at))
-                .add(Condition::all().add(jobs::Column::CreatedAt.eq(at)).add(jobs::Column::Id.lt(id))),
-        );
-    }
-    let mut rows = query
-        .order_by_desc(jobs::Column::CreatedAt)
-        .order_by_desc(jobs::Column::Id)
-        .limit(limit + 1)
-        .all(&state.db)
-        .await?;
-    let next_cursor = if rows.len() as u64 > limit {
-        rows.truncate(limit as usize);
-        rows.last().map(encode_cursor)
-    } else {
-        None
-    };
-    let mut items = Vec::with_capacity(rows.len());
-    for m in &rows {
-        items.push(view_for(state, actor, m).await?);
-    }
-    Ok(ExportList { items, next_cursor })
+    listing::page(&state.db, owner(actor), kind, limit, cursor).await.map_err(|e| match e {
+        listing::ListError::BadCursor => AppError::InvalidRequest(vec![crate::error::FieldError::new("/cursor", "not a cursor this API gave out")]),
+        listing::ListError::Db(e) => e.into(),
+    })
 }

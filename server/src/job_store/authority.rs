@@ -1,26 +1,36 @@
 //! "Authorised" (SPEC §2) as a condition the database checks inside a worker's fenced writes, so
-//! a revocation that lands between a check and a write still stops the write. The rule itself
-//! is [`Role::may_export_contract`]; this only lists the roles it allows.
+//! a revocation that lands between a check and a write still stops the write. The rules
+//! themselves are [`Role::may_export_contract`] and [`Role::may_import`]; this only lists the
+//! roles they allow.
 
 use crate::auth::Role;
 use crate::entities::{jobs, users};
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
 
-/// What the export's actor must still be allowed to do for a fenced write to go through.
+/// What the job's actor must still be allowed to do for a fenced write to go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Authority {
-    /// Whether the export's resolved columns include PII columns.
-    pub needs_pii: bool,
+pub enum Authority {
+    /// Export a contract whose resolved columns do or do not include PII columns.
+    Export {
+        /// Whether they do.
+        needs_pii: bool,
+    },
+    /// Import (SPEC §10).
+    Import,
 }
 
 impl Authority {
-    /// The names of the roles that may export such a contract.
+    /// The names of the roles that may do it.
     pub fn roles(self) -> Vec<&'static str> {
-        Role::ALL.into_iter().filter(|r| r.may_export_contract(self.needs_pii)).map(Role::as_str).collect()
+        let allowed = |r: &Role| match self {
+            Authority::Export { needs_pii } => r.may_export_contract(needs_pii),
+            Authority::Import => r.may_import(),
+        };
+        Role::ALL.into_iter().filter(allowed).map(Role::as_str).collect()
     }
 
-    /// `EXISTS (…)`: the export's actor exists, is active, belongs to the export's tenant and has
-    /// a role that may export the contract.
+    /// `EXISTS (…)`: the job's actor exists, is active, belongs to the job's tenant and has a
+    /// role that may do it.
     pub fn condition(self) -> Expr {
         Expr::exists(
             Query::select()
@@ -40,8 +50,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_admins_may_export_pii_and_viewers_may_export_nothing() {
-        assert_eq!(Authority { needs_pii: true }.roles(), vec!["admin"]);
-        assert_eq!(Authority { needs_pii: false }.roles(), vec!["admin", "analyst"]);
+    fn only_admins_may_export_pii_or_import_and_viewers_may_export_nothing() {
+        assert_eq!(Authority::Export { needs_pii: true }.roles(), vec!["admin"]);
+        assert_eq!(Authority::Export { needs_pii: false }.roles(), vec!["admin", "analyst"]);
+        assert_eq!(Authority::Import.roles(), vec!["admin"]);
     }
 }

@@ -160,6 +160,15 @@ pub async fn of_job<C: ConnectionTrait>(db: &C, job_id: &str) -> Result<Vec<job_
         .await
 }
 
+/// The last checkpoint of a job, if it has one.
+pub async fn last_of<C: ConnectionTrait>(db: &C, job_id: &str) -> Result<Option<job_checkpoints::Model>, DbErr> {
+    job_checkpoints::Entity::find()
+        .filter(job_checkpoints::Column::JobId.eq(job_id))
+        .order_by_desc(job_checkpoints::Column::Seq)
+        .one(db)
+        .await
+}
+
 /// The checkpoints of these jobs.
 pub async fn of_jobs<C: ConnectionTrait>(db: &C, job_ids: &[String]) -> Result<Vec<job_checkpoints::Model>, DbErr> {
     if job_ids.is_empty() {

@@ -28,7 +28,9 @@ pub mod audit;
 pub mod authority;
 pub mod checkpoints;
 pub mod claims;
+pub mod intake;
 pub mod kind;
+pub mod listing;
 pub mod transitions;
 pub mod wakeup;
 

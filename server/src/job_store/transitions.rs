@@ -75,6 +75,36 @@ impl Failure {
         retryable: false,
         transient: false,
     };
+    /// An import's file cannot be read as the dataset's CSV at all (SPEC §10: a missing key
+    /// column, an unknown column, not UTF-8).
+    pub const INVALID_FILE: Failure = Failure {
+        code: "invalid_file",
+        message: "The file cannot be imported: see its first error.",
+        retryable: false,
+        transient: false,
+    };
+    /// An import's file has invalid rows and its policy fails it before anything is applied.
+    pub const VALIDATION_FAILED: Failure = Failure {
+        code: "validation_failed",
+        message: "Some rows are invalid; nothing was applied. The report lists them.",
+        retryable: false,
+        transient: false,
+    };
+    /// The database refused a row of an import applied under `abort`: the batches before it
+    /// stay applied.
+    pub const APPLY_FAILED: Failure = Failure {
+        code: "apply_failed",
+        message: "The database refused a row; the batches before it were applied. The report says which rows were not.",
+        retryable: false,
+        transient: false,
+    };
+    /// The importing user may no longer import.
+    pub const IMPORT_REVOKED: Failure = Failure {
+        code: "permission_revoked",
+        message: "The requesting user may no longer import; the batches already applied stay. The report says which rows were not applied.",
+        retryable: false,
+        transient: false,
+    };
     /// Anything else; retried like a storage failure.
     pub const INTERNAL: Failure = Failure {
         code: "internal",
@@ -215,6 +245,26 @@ fn moving(backend: DbBackend, id: &str, held: Held) -> UpdateMany<jobs::Entity> 
         .col_expr(jobs::Column::PreviousStatus, Expr::col(jobs::Column::Status))
         .col_expr(jobs::Column::UpdatedAt, db_now(backend))
         .filter(the_row(backend, id, held, LockType::NoKeyUpdate))
+}
+
+/// Records `artifact` on `job` while this attempt still runs it (an import's report, before the
+/// transition that ends the attempt failed or cancelled); `false` when the job is no longer this
+/// attempt's.
+pub async fn attach_artifact(db: &DatabaseConnection, job: &jobs::Model, artifact: &Artifact, artifact_ttl: Duration) -> Result<bool, DbErr> {
+    let now = db_now(db.get_database_backend());
+    let attached = jobs::Entity::update_many()
+        .col_expr(jobs::Column::ArtifactKey, Expr::val(artifact.key.clone()))
+        .col_expr(jobs::Column::ArtifactSha256, Expr::val(artifact.sha256.clone()))
+        .col_expr(jobs::Column::ArtifactBytes, Expr::val(artifact.bytes))
+        .col_expr(jobs::Column::ArtifactRows, Expr::val(artifact.rows))
+        .col_expr(jobs::Column::ArtifactExpiresAt, now.add(artifact_ttl.as_millis() as i64))
+        .col_expr(jobs::Column::ArtifactExpired, Expr::val(false))
+        .filter(jobs::Column::Id.eq(&job.id))
+        .filter(jobs::Column::Generation.eq(job.generation))
+        .filter(jobs::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
+        .exec(db)
+        .await?;
+    Ok(attached.rows_affected == 1)
 }
 
 /// The row's status and generation now.

@@ -9,84 +9,21 @@
 use crate::auth::load_active_actor;
 use crate::auth::AuthVia;
 use crate::entities::jobs;
-use crate::error::new_support_ref;
 use crate::exports::reports::{find_report, ReportSpec};
 use crate::exports::view::{request_of, resolved_of};
 use crate::job_store::authority::Authority;
-use crate::job_store::transitions::{self, Artifact, Failure, Outcome, Refusal};
+use crate::job_store::transitions::{self, Artifact, Refusal};
 use crate::job_store::Mover;
 use crate::metrics::release_lost;
 use crate::storage::{artifact_key, staging_key, ExportStore, Published, StagingUpload};
 use crate::worker::encoding::{extension, Encoder};
 use app::{Compression, Consistency};
-use crate::faults::Injected;
 use crate::worker::lease::{Holding, Lease};
-use crate::worker::snapshot::{self, Plan, Produced, SnapshotError};
+use crate::worker::snapshot::{self, Plan, Produced};
 use crate::worker::WorkerContext;
+use super::attempt::{end, Stop};
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
-
-/// Why an attempt stopped before its release.
-#[derive(Debug)]
-pub(super) enum Stop {
-    /// It failed; `detail` goes to the log only.
-    Failed { failure: Failure, detail: String },
-    /// The actor is no longer authorised.
-    Revoked,
-    /// Cancel was asked.
-    CancelRequested,
-    /// The job is not this attempt's any more.
-    Lost,
-    /// No progress for `EXPORTD_STALL_SECS` while the lease was renewed.
-    Stalled,
-    /// The process is shutting down before anything was published.
-    Shutdown,
-}
-
-impl Stop {
-    pub(super) fn storage(e: impl std::fmt::Display) -> Stop {
-        Stop::Failed { failure: Failure::STORAGE_UNAVAILABLE, detail: e.to_string() }
-    }
-
-    pub(super) fn internal(e: impl std::fmt::Display) -> Stop {
-        Stop::Failed { failure: Failure::INTERNAL, detail: e.to_string() }
-    }
-
-    /// The data cannot be written as promised; the same data would fail again.
-    pub(super) fn invalid_data(e: impl std::fmt::Display) -> Stop {
-        Stop::Failed { failure: Failure::INVALID_DATA, detail: e.to_string() }
-    }
-
-    pub(super) fn snapshot(e: SnapshotError) -> Stop {
-        if e.is_permanent() {
-            Stop::invalid_data(e)
-        } else {
-            Stop::internal(e)
-        }
-    }
-
-    fn interrupted(holding: Holding) -> Stop {
-        match holding {
-            Holding::CancelRequested => Stop::CancelRequested,
-            Holding::Stalled => Stop::Stalled,
-            Holding::Lost | Holding::Held => Stop::Lost,
-        }
-    }
-
-    pub(super) fn refused(refusal: Refusal) -> Stop {
-        match refusal {
-            Refusal::CancelRequested => Stop::CancelRequested,
-            Refusal::Revoked => Stop::Revoked,
-            Refusal::Lost => Stop::Lost,
-        }
-    }
-}
-
-impl From<Injected> for Stop {
-    fn from(_: Injected) -> Stop {
-        Stop::storage("a fault point injected a storage failure")
-    }
-}
 
 /// Runs one claimed job to the end of its attempt, whatever happens. A job of a deployment this
 /// worker does not serve, or one that is not (or no longer) this generation's, is left as it is.
@@ -123,50 +60,6 @@ pub async fn run(ctx: &WorkerContext, job: jobs::Model) {
             tracing::warn!(export = %job.id, error = %e, "staging object not deleted; the janitor will");
         }
     }
-}
-
-/// Ends the attempt with the transition its result calls for.
-async fn end(ctx: &WorkerContext, job: &jobs::Model, result: Result<Box<jobs::Model>, Stop>) {
-    let by = Mover::Worker(&ctx.worker_id);
-    let ended = match result {
-        Ok(released) => {
-            let _ = ctx.faults.check("after_release", &job.id);
-            tracing::info!(export = %job.id, generation = job.generation, rows = released.artifact_rows, "export ready");
-            return;
-        }
-        Err(Stop::Lost) => {
-            ctx.metrics.fenced_writes_rejected.inc();
-            tracing::warn!(export = %job.id, generation = job.generation, "attempt lost its lease: nothing published or released");
-            return;
-        }
-        Err(Stop::Stalled) => {
-            ctx.metrics.stalled_attempts.inc();
-            let detail = format!("no progress for {} s while the lease was renewed", ctx.config.stall.as_secs());
-            fail(ctx, job, Failure::STALLED, &detail).await
-        }
-        Err(Stop::CancelRequested) => transitions::acknowledge_cancel(&ctx.db, job, by).await,
-        Err(Stop::Shutdown) => transitions::hand_back(&ctx.db, job, by).await,
-        Err(Stop::Revoked) => fail(ctx, job, Failure::PERMISSION_REVOKED, "the actor is no longer authorised").await,
-        Err(Stop::Failed { failure, detail }) => fail(ctx, job, failure, &detail).await,
-    };
-    match ended {
-        Ok(Outcome::Moved(row)) => tracing::info!(export = %job.id, generation = job.generation, status = %row.status, "attempt ended"),
-        Ok(Outcome::NotMoved(now)) => {
-            ctx.metrics.fenced_writes_rejected.inc();
-            tracing::warn!(
-                export = %job.id, generation = job.generation, now = ?now.status, now_generation = now.generation,
-                "attempt lost its lease before it could end: someone else moved the job"
-            )
-        }
-        Err(e) => tracing::warn!(export = %job.id, error = %e, "could not record the end of an attempt; the janitor will once the lease expires"),
-    }
-}
-
-async fn fail(ctx: &WorkerContext, job: &jobs::Model, failure: Failure, detail: &str) -> Result<Outcome, sea_orm::DbErr> {
-    let support_ref = new_support_ref();
-    tracing::warn!(export = %job.id, generation = job.generation, attempt = job.attempt, code = failure.code, support_ref = %support_ref, detail, "export attempt failed");
-    let _ = ctx.faults.check("before_end_attempt", &job.id);
-    transitions::end_attempt(&ctx.db, job, failure, &support_ref, &ctx.retry_policy(), Mover::Worker(&ctx.worker_id), transitions::Ender::Attempt).await
 }
 
 pub(super) struct Attempt<'a> {
@@ -234,7 +127,7 @@ impl Attempt<'_> {
         let report = find_report(&job.report).ok_or_else(|| Stop::internal(format!("unknown report {:?}", job.report)))?;
         let request = request_of(job).map_err(Stop::internal)?;
         let resolved = resolved_of(job).map_err(Stop::internal)?;
-        let authority = Authority { needs_pii: report.needs_pii(&resolved.columns).ok_or_else(|| Stop::internal("a resolved column left the registry"))? };
+        let authority = Authority::Export { needs_pii: report.needs_pii(&resolved.columns).ok_or_else(|| Stop::internal("a resolved column left the registry"))? };
         self.authorised(report, &resolved.columns).await?;
         let plan = Plan::new(report, &request, &resolved, &job.tenant_id).map_err(Stop::internal)?;
         match request.consistency {

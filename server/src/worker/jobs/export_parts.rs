@@ -10,7 +10,8 @@
 //! keys above it (inserted since) are not in the export. Each part shows the moment of its own
 //! read, which its checkpoint and the manifest record.
 
-use super::export_csv::{Attempt, PartRead, Staged, Stop};
+use super::attempt::Stop;
+use super::export_csv::{Attempt, PartRead, Staged};
 use crate::entities::jobs;
 use crate::exports::canonical::canonical_json;
 use crate::exports::reports::find_report;
