@@ -665,3 +665,168 @@ pub struct UploadView {
     /// The file's size.
     pub bytes: i64,
 }
+
+/// What an import does with the file (SPEC §10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ImportMode {
+    /// Check every row and predict what the apply would do; write nothing.
+    DryRun,
+    /// Apply the valid rows.
+    #[default]
+    Apply,
+}
+
+/// What an import does with invalid rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Any invalid row fails the import before anything is written.
+    #[default]
+    Abort,
+    /// Valid rows are applied, invalid ones reported.
+    SkipInvalid,
+}
+
+/// The body of `POST /api/imports`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    /// `customers` or `orders`.
+    pub dataset: String,
+    /// `upl_…`, an upload of the caller's.
+    pub upload: String,
+    /// `apply` (default) or `dry_run`.
+    #[serde(default)]
+    pub mode: ImportMode,
+    /// `abort` (default) or `skip_invalid`.
+    #[serde(default)]
+    pub on_error: OnError,
+    /// With `skip_invalid` only: more invalid rows than this fail the import.
+    #[serde(default)]
+    pub max_errors: Option<u64>,
+}
+
+/// An import's file, by content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct UploadRef {
+    /// Hex SHA-256.
+    pub sha256: String,
+    /// Size in bytes.
+    pub bytes: i64,
+}
+
+/// An import's counts: `valid + invalid = rows`, `created + updated + unchanged = valid` once
+/// known, `applied` the rows in committed batches (0 for a dry run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ImportCounts {
+    /// Data records in the file.
+    pub rows: i64,
+    /// Records with no error.
+    pub valid: i64,
+    /// Records with at least one error.
+    pub invalid: i64,
+    /// Valid rows that create a record.
+    pub created: i64,
+    /// Valid rows that change a record.
+    pub updated: i64,
+    /// Valid rows equal to their record.
+    pub unchanged: i64,
+    /// Rows in committed batches.
+    pub applied: i64,
+}
+
+/// One error of one record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct RowError {
+    /// The physical line where the record starts (the header is line 1).
+    pub line: i64,
+    /// The column, or empty for the whole record.
+    pub column: String,
+    /// A stable code.
+    pub code: String,
+    /// A sentence for people.
+    pub message: String,
+}
+
+/// How far an import is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ImportProgress {
+    /// Records done in the current phase.
+    pub rows_done: i64,
+    /// Records in the file, once known.
+    pub rows_total: Option<i64>,
+}
+
+/// The report file of an import.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ReportView {
+    /// Hex SHA-256 of its bytes.
+    pub sha256: String,
+    /// Size in bytes.
+    pub bytes: i64,
+    /// When retention removes it, RFC 3339 UTC.
+    pub expires_at: String,
+    /// Whether retention has removed it already.
+    pub expired: bool,
+}
+
+/// An import operation (SPEC §10).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ImportView {
+    /// `imp_…`.
+    pub id: String,
+    /// Always `import`.
+    pub kind: String,
+    /// The stored state (the states of exports).
+    pub status: ExportStatus,
+    /// While running: `validating` or `applying`.
+    pub phase: Option<String>,
+    /// `customers` or `orders`.
+    pub dataset: String,
+    /// `apply` or `dry_run`.
+    pub mode: ImportMode,
+    /// `abort` or `skip_invalid`.
+    pub on_error: OnError,
+    /// The file.
+    pub upload: UploadRef,
+    /// The counts so far.
+    pub counts: ImportCounts,
+    /// The first errors, in input order (at most 10).
+    pub first_errors: Vec<RowError>,
+    /// How far it is.
+    pub progress: ImportProgress,
+    /// The report, once written.
+    pub report: Option<ReportView>,
+    /// A fresh link to the report, when there is one and the reader may read it.
+    pub download: Option<DownloadView>,
+    /// Why it failed.
+    pub error: Option<ErrorView>,
+    /// Claims that were not handed back.
+    pub attempt: i32,
+    /// When a `retry_wait` import may run again.
+    pub next_attempt_at: Option<String>,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// RFC 3339 UTC.
+    pub updated_at: String,
+}
+
+/// A page of `GET /api/imports`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ImportList {
+    /// The imports, newest first.
+    pub items: Vec<ImportView>,
+    /// Where the next page starts; null on the last page.
+    pub next_cursor: Option<String>,
+}

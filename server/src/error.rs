@@ -24,6 +24,10 @@ pub enum AppError {
     PermissionRevoked,
     #[error("export not found")]
     ExportNotFound,
+    #[error("import not found")]
+    ImportNotFound,
+    #[error("import already finished")]
+    ImportAlreadyFinished,
     #[error("route not found")]
     NotFound,
     #[error("method not allowed")]
@@ -119,6 +123,8 @@ impl AppError {
             ImportNotPermitted => ("import-not-permitted", StatusCode::FORBIDDEN, "Only an admin may upload and import"),
             PermissionRevoked => ("permission-revoked", StatusCode::FORBIDDEN, "You are no longer allowed to download this export"),
             ExportNotFound => ("export-not-found", StatusCode::NOT_FOUND, "Export not found"),
+            ImportNotFound => ("import-not-found", StatusCode::NOT_FOUND, "Import not found"),
+            ImportAlreadyFinished => ("export-already-finished", StatusCode::CONFLICT, "The import has already finished"),
             NotFound => ("not-found", StatusCode::NOT_FOUND, "Not found"),
             MethodNotAllowed => ("method-not-allowed", StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
             ExportAlreadyFinished(_) => ("export-already-finished", StatusCode::CONFLICT, "The export has already finished"),

@@ -48,6 +48,10 @@ pub struct Counters {
     pub bytes_exported: IntCounter,
     /// Seconds from claim to release of the attempts that released.
     pub export_duration: Histogram,
+    /// Rows applied by imports (committed batches; dry runs not counted).
+    pub rows_imported: IntCounter,
+    /// Rows imports reported as invalid or refused.
+    pub rows_rejected: IntCounter,
     /// HTTP answers by route (its pattern) and status.
     pub http_requests: IntCounterVec,
     exports: IntGaugeVec,
@@ -105,6 +109,8 @@ impl Metrics {
             releases_lost: counters(r, "exportd_releases_lost_total", "Releases that did not happen, by reason", &["reason"]),
             rows_exported: counter(r, "exportd_rows_exported_total", "Rows in released files"),
             bytes_exported: counter(r, "exportd_bytes_exported_total", "Bytes of released files"),
+            rows_imported: counter(r, "exportd_rows_imported_total", "Rows applied by imports that finished"),
+            rows_rejected: counter(r, "exportd_rows_rejected_total", "Rows imports reported invalid or refused"),
             http_requests: counters(r, "exportd_http_requests_total", "HTTP answers by route and status", &["route", "status"]),
             exports: gauges(r, "exportd_exports", "Exports in the database by state"),
             imports: gauges(r, "exportd_imports", "Imports in the database by state"),

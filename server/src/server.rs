@@ -66,6 +66,10 @@ pub fn api_router(state: AppState) -> Router {
         .route("/exports/{id}/download", get(controllers::downloads::download))
         .route("/exports/{id}/parts/{n}/download", get(controllers::downloads::download_part))
         .route("/uploads", post(controllers::uploads::create))
+        .route("/imports", post(controllers::imports::create).get(controllers::imports::list))
+        .route("/imports/{id}/cancel", post(controllers::imports::cancel))
+        .route("/imports/{id}", get(controllers::imports::show))
+        .route("/imports/{id}/report", get(controllers::imports::report))
         .route("/openapi.json", get(controllers::openapi::openapi_json))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed);

@@ -34,7 +34,7 @@ pub async fn download_part(State(state): State<AppState>, actor: Actor, ExportPa
     see_other(&service::download_link(&state, &actor, &id, Served::Part(n)).await?)
 }
 
-fn see_other(url: &str) -> Result<Response, AppError> {
+pub fn see_other(url: &str) -> Result<Response, AppError> {
     let mut resp = StatusCode::SEE_OTHER.into_response();
     let location = HeaderValue::from_str(url).map_err(|e| AppError::Internal(e.to_string()))?;
     resp.headers_mut().insert(header::LOCATION, location);
@@ -107,7 +107,11 @@ pub async fn serve_link(
 ) -> Result<Response, AppError> {
     let Query(query) = query.map_err(|_| AppError::LinkInvalid)?;
     let grant = state.links.check(&id, &query, state.now_ms() / 1000).await?;
-    let linked = service::open_link(&state, &grant).await?;
+    let linked = if crate::job_store::kind::JobKind::of_id(&id) == Some(crate::job_store::kind::JobKind::Import) {
+        crate::imports::service::open_report(&state, &grant).await?
+    } else {
+        service::open_link(&state, &grant).await?
+    };
     let gone = service::artifact_gone;
     let len = linked.len;
     let etag = format!("\"{}\"", linked.etag_sha256);

@@ -16,8 +16,19 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportIdPath {
     }
 }
 
-/// The `{id}` of a signed link `/files/{id}`; one that does not decode, or is not an export id,
-/// is `link-invalid`.
+/// The `{id}` of `/api/imports/{id}…`; one that does not decode is `import-not-found`.
+pub struct ImportIdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ImportIdPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<ImportIdPath, AppError> {
+        Path::<String>::from_request_parts(parts, state).await.map(|Path(id)| ImportIdPath(id)).map_err(|_| AppError::ImportNotFound)
+    }
+}
+
+/// The `{id}` of a signed link `/files/{id}`; one that does not decode, or is not the id of a
+/// job (an export, or an import's report), is `link-invalid`.
 pub struct LinkIdPath(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for LinkIdPath {
@@ -25,7 +36,7 @@ impl<S: Send + Sync> FromRequestParts<S> for LinkIdPath {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<LinkIdPath, AppError> {
         match Path::<String>::from_request_parts(parts, state).await {
-            Ok(Path(id)) if crate::exports::ids::is_export_id(&id) => Ok(LinkIdPath(id)),
+            Ok(Path(id)) if crate::job_store::kind::JobKind::of_id(&id).is_some() => Ok(LinkIdPath(id)),
             _ => Err(AppError::LinkInvalid),
         }
     }

@@ -6,6 +6,7 @@ pub mod downloads;
 pub mod exports;
 pub mod health;
 pub mod ids;
+pub mod imports;
 pub mod openapi;
 pub mod page;
 pub mod session;

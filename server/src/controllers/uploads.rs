@@ -34,7 +34,9 @@ pub async fn create(State(state): State<AppState>, actor: Actor, req: Request) -
     uploads::ensure_may_import(&actor)?;
     require_csv(req.headers())?;
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > state.config.max_upload_bytes) {
+    // A body declared far above the limit is refused before it is read; one a little above it
+    // is read (and dropped) to its end, so its sender gets the answer.
+    if declared.is_some_and(|n| n > state.config.max_upload_bytes.saturating_add(uploads::DRAIN_LIMIT)) {
         return Err(AppError::UploadTooLarge { max: state.config.max_upload_bytes });
     }
     let body = req.into_body().into_data_stream();

@@ -2,4 +2,6 @@
 //! shares, the import jobs that validate and apply them.
 
 pub mod datasets;
+pub mod service;
+pub mod stored;
 pub mod uploads;

@@ -128,6 +128,7 @@ where
         size += chunk.len() as u64;
         if size > max {
             let _ = staged.abort().await;
+            drain(&mut body, idle).await;
             return Err(AppError::UploadTooLarge { max });
         }
         hasher.update(&chunk);
@@ -135,6 +136,24 @@ where
     }
     staged.finish().await?;
     Ok((hex::encode(hasher.finalize()), size as i64))
+}
+
+/// How much of a refused body is read and dropped so that its sender, still sending, gets the
+/// answer instead of a reset connection; a larger rest is not waited for.
+pub const DRAIN_LIMIT: u64 = 8 << 20;
+
+/// Reads and drops what is left of `body`, up to [`DRAIN_LIMIT`].
+async fn drain<S, E>(body: &mut S, idle: std::time::Duration)
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    let mut drained = 0u64;
+    while drained < DRAIN_LIMIT {
+        match tokio::time::timeout(idle, body.next()).await {
+            Ok(Some(Ok(chunk))) => drained += chunk.len() as u64,
+            _ => return,
+        }
+    }
 }
 
 /// Binds the received bytes to an upload: this user's upload of the same digest, touched; else

@@ -1,10 +1,13 @@
 //! The jobs a worker runs, one module per kind of job (see [`JobKind`]): producing a CSV export,
-//! as one file (`export_csv`) or in checkpointed parts delivered as a bundle (`export_parts`).
+//! as one file (`export_csv`) or in checkpointed parts delivered as a bundle (`export_parts`), and
+//! validating and applying an import (`import_csv`).
 //! Claims, leases, fencing and the transitions that end an attempt are the job store's, the
 //! same for every kind.
 
+mod attempt;
 pub mod export_csv;
 pub mod export_parts;
+pub mod import_csv;
 
 use crate::entities::jobs;
 use crate::job_store::kind::JobKind;
@@ -14,9 +17,10 @@ use crate::worker::WorkerContext;
 pub async fn run(ctx: &WorkerContext, job: jobs::Model) {
     match JobKind::parse(&job.kind) {
         Some(JobKind::Export) => export_csv::run(ctx, job).await,
-        // No import can be created before its job exists; the lease of one claimed anyway
-        // expires and the janitor ends it like any lost attempt.
-        Some(JobKind::Import) | None => {
+        Some(JobKind::Import) => import_csv::run(ctx, job).await,
+        // A kind this build does not know (a newer one's): its lease expires and the janitor
+        // ends it like any lost attempt.
+        None => {
             tracing::error!(job = %job.id, kind = %job.kind, "no job of this kind runs in this worker");
         }
     }

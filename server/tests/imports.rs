@@ -1,0 +1,211 @@
+//! Imports (SPEC §10, §8 cases 20–22) through the API, on both backends: the dry run's report
+//! lists exactly the bad rows in input order and writes nothing; `abort` applies nothing;
+//! `skip_invalid` applies exactly the valid rows with the dry run's counts; an exported file
+//! imports back unchanged; a batch lost before its commit is applied once by the next attempt;
+//! a revocation between batches stops the import and its report lists the rows not applied.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::time::Duration;
+use support::{expect_problem, Gate, Options, TestApp};
+
+async fn upload(app: &TestApp, client: &reqwest::Client, csv: &str) -> String {
+    let resp = client.post(app.url("/api/uploads")).header("content-type", "text/csv").body(csv.to_owned()).send().await.unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    resp.json::<Value>().await.unwrap()["upload"].as_str().unwrap().to_owned()
+}
+
+async fn start(app: &TestApp, client: &reqwest::Client, key: &str, body: &Value) -> Value {
+    let resp = client.post(app.url("/api/imports")).header("Idempotency-Key", key).json(body).send().await.unwrap();
+    assert_eq!(resp.status(), 202, "{:?}", resp.text().await);
+    resp.json().await.unwrap()
+}
+
+async fn finished(app: &TestApp, client: &reqwest::Client, id: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let view: Value = client.get(app.url(&format!("/api/imports/{id}"))).send().await.unwrap().json().await.unwrap();
+        if matches!(view["status"].as_str(), Some("ready" | "failed" | "cancelled")) {
+            return view;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "import {id} still {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn import(app: &TestApp, client: &reqwest::Client, key: &str, body: Value) -> Value {
+    let view = start(app, client, key, &body).await;
+    finished(app, client, view["id"].as_str().unwrap()).await
+}
+
+/// The report's rows (line, column, code, then the cells), header dropped.
+async fn report(app: &TestApp, client: &reqwest::Client, id: &str) -> Vec<Vec<String>> {
+    let resp = client.get(app.url(&format!("/api/imports/{id}/report"))).send().await.unwrap();
+    assert_eq!(resp.status(), 303);
+    let link = resp.headers()["location"].to_str().unwrap().to_owned();
+    let bytes = client.get(app.url(&link)).send().await.unwrap().bytes().await.unwrap();
+    let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(&bytes[..]);
+    assert_eq!(reader.headers().unwrap().iter().take(4).collect::<Vec<_>>(), ["line", "column", "code", "message"]);
+    reader.records().map(|r| r.unwrap().iter().map(str::to_owned).collect()).collect()
+}
+
+fn codes(rows: &[Vec<String>]) -> Vec<(i64, String, String)> {
+    rows.iter().map(|r| (r[0].parse().unwrap(), r[1].clone(), r[2].clone())).collect()
+}
+
+const CUSTOMERS: &str = "email,name,phone,country\r\n\
+new1@acme.test,New One,+966500000001,SA\r\n\
+bad-email,X,1,SA\r\n\
+dup@acme.test,A,1,SA\n\
+dup@acme.test,B,1,SA\r\n\
+ok2@acme.test,\"two\nlines\",1,AE\r\n\
+ok3@acme.test,ctl\u{7},1,SA\r\n\
+ok4@acme.test,Name,1,XX\r\n\
+ok5@acme.test,'=SUM(1),1,SA\r\n\
+ok6@acme.test,a,b\r\n";
+
+on_both_backends!(a_dry_run_reports_exactly_the_bad_rows_in_input_order_and_the_apply_does_what_it_predicted, |backend| {
+    let app = TestApp::with_worker(backend).await;
+    let alice = app.login("alice@acme.test").await;
+    let before = app.scalar("SELECT COUNT(*) FROM customers").await;
+    let upl = upload(&app, &alice, CUSTOMERS).await;
+
+    let dry = import(&app, &alice, "dry", json!({"dataset": "customers", "upload": upl, "mode": "dry_run", "on_error": "skip_invalid"})).await;
+    assert_eq!(dry["status"], "ready", "{dry}");
+    assert_eq!(dry["counts"], json!({"rows": 9, "valid": 3, "invalid": 6, "created": 3, "updated": 0, "unchanged": 0, "applied": 0}));
+    let expected = vec![
+        (3, "email".to_owned(), "invalid_email".to_owned()),
+        (4, "email".to_owned(), "duplicate_key".to_owned()),
+        (5, "email".to_owned(), "duplicate_key".to_owned()),
+        (8, "name".to_owned(), "control_character".to_owned()),
+        (9, "country".to_owned(), "invalid_country".to_owned()),
+        (11, String::new(), "wrong_field_count".to_owned()),
+    ];
+    assert_eq!(codes(&report(&app, &alice, dry["id"].as_str().unwrap()).await), expected);
+    assert_eq!(dry["first_errors"].as_array().unwrap().len(), 6);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers").await, before, "a dry run writes nothing");
+
+    let aborted = import(&app, &alice, "abort", json!({"dataset": "customers", "upload": upl})).await;
+    assert_eq!(aborted["status"], "failed");
+    assert_eq!(aborted["error"]["code"], "validation_failed");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers").await, before, "abort applies nothing");
+    let aborted_report = codes(&report(&app, &alice, aborted["id"].as_str().unwrap()).await);
+    assert_eq!(aborted_report.iter().filter(|(_, _, c)| c == "not_applied").map(|(l, _, _)| *l).collect::<Vec<_>>(), vec![2, 6, 10], "the valid rows, not applied");
+
+    let applied = import(&app, &alice, "apply", json!({"dataset": "customers", "upload": upl, "on_error": "skip_invalid"})).await;
+    assert_eq!(applied["status"], "ready", "{applied}");
+    assert_eq!(applied["counts"]["created"], dry["counts"]["created"]);
+    assert_eq!(applied["counts"]["invalid"], dry["counts"]["invalid"]);
+    assert_eq!(applied["counts"]["applied"], 3);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers").await, before + 3);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers WHERE email = 'ok5@acme.test' AND name = '=SUM(1)'").await, 1, "the export's defusing is undone");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers WHERE email = 'ok2@acme.test' AND name = 'two\nlines'").await, 1);
+
+    let again = import(&app, &alice, "again", json!({"dataset": "customers", "upload": upl, "on_error": "skip_invalid"})).await;
+    assert_eq!(again["counts"]["unchanged"], 3, "{again}");
+    assert_eq!(again["counts"]["created"], 0);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers").await, before + 3);
+});
+
+on_both_backends!(an_exported_file_imported_back_as_a_dry_run_is_unchanged_row_for_row, |backend| {
+    let app = TestApp::with_worker(backend).await;
+    let alice = app.login("alice@acme.test").await;
+    for report_name in ["customers", "orders"] {
+        let resp = app.create(&alice, &format!("export-{report_name}"), &support::procs::everything(report_name)).await;
+        let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+        let done = app.wait_terminal(&alice, &id, Duration::from_secs(30)).await;
+        assert_eq!(done["status"], "ready");
+        let link = alice.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
+        let csv = alice.get(app.url(&link)).send().await.unwrap().text().await.unwrap();
+        let upl = upload(&app, &alice, &csv).await;
+        let dry = import(&app, &alice, &format!("back-{report_name}"), json!({"dataset": report_name, "upload": upl, "mode": "dry_run"})).await;
+        assert_eq!(dry["status"], "ready", "{dry}");
+        let rows = done["artifact"]["rows"].as_i64().unwrap();
+        assert!(rows > 0);
+        assert_eq!(dry["counts"], json!({"rows": rows, "valid": rows, "invalid": 0, "created": 0, "updated": 0, "unchanged": rows, "applied": 0}), "{report_name}");
+    }
+});
+
+fn small_batches(c: &mut exportd::config::Config) {
+    c.import_batch_rows = 2;
+}
+
+fn numbered(n: usize) -> String {
+    let mut csv = "email,name,phone,country\n".to_owned();
+    for i in 0..n {
+        csv.push_str(&format!("batch{i}@acme.test,Person {i},+9665{i:08},SA\n"));
+    }
+    csv
+}
+
+on_both_backends!(a_batch_lost_before_its_commit_is_applied_once_by_the_next_attempt_and_a_duplicate_apply_is_one_import, |backend| {
+    let app = TestApp::start(Options { worker: true, adjust: small_batches, ..Options::new(backend) }).await;
+    let alice = app.login("alice@acme.test").await;
+    let upl = upload(&app, &alice, &numbered(7)).await;
+    // The third batch fails once between its upserts and its commit.
+    fail::cfg(app.fault("import_batch_before_commit"), "2*off->1*return->off").unwrap();
+    let body = json!({"dataset": "customers", "upload": upl});
+    let sent = support::send_together((0..2).map(|_| alice.post(app.url("/api/imports")).header("Idempotency-Key", "twice").json(&body)).collect()).await;
+    assert!(sent.iter().all(|(status, _)| *status == 202), "{sent:?}");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM jobs WHERE kind = 'import'").await, 1, "one import for one key");
+    let id = app.export_id_where("kind = 'import'").await.unwrap();
+    let done = finished(&app, &alice, &id).await;
+    fail::remove(app.fault("import_batch_before_commit"));
+    assert_eq!(done["status"], "ready", "{done}");
+    assert_eq!(done["attempt"], 2, "the lost batch failed the first attempt");
+    assert_eq!(done["counts"]["created"], 7);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers WHERE email LIKE 'batch%'").await, 7, "every row exactly once");
+    assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM job_checkpoints WHERE job_id = '{id}'")).await, 4, "four batches, each committed once");
+});
+
+on_both_backends!(a_revocation_between_batches_stops_the_import_and_its_report_says_which_rows_were_not_applied, |backend| {
+    let app = TestApp::start(Options { worker: true, adjust: small_batches, ..Options::new(backend) }).await;
+    let alice = app.login("alice@acme.test").await;
+    let upl = upload(&app, &alice, &numbered(6)).await;
+    let mut gate = Gate::close_at(&app.fault("import_before_batch"), 2);
+    let view = start(&app, &alice, "revoked", &json!({"dataset": "customers", "upload": upl})).await;
+    gate.reached().await;
+    app.exec("UPDATE users SET role = 'analyst' WHERE id = 'usr_alice'").await;
+    gate.open();
+    let id = view["id"].as_str().unwrap();
+    let done = finished(&app, &alice, id).await;
+    assert_eq!(done["status"], "failed");
+    assert_eq!(done["error"]["code"], "permission_revoked", "{done}");
+    assert!(done["report"].is_object(), "{done}");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers WHERE email LIKE 'batch%'").await, 2, "the first batch stays");
+    // The report is for admins: read it as one again.
+    app.exec("UPDATE users SET role = 'admin' WHERE id = 'usr_alice'").await;
+    let rows = codes(&report(&app, &alice, id).await);
+    assert_eq!(rows, (4..=7).map(|line| (line, String::new(), "not_applied".to_owned())).collect::<Vec<_>>());
+});
+
+on_both_backends!(only_an_admin_imports_and_a_request_is_checked_before_anything_is_made, |backend| {
+    let app = TestApp::spawn(backend).await;
+    let alice = app.login("alice@acme.test").await;
+    let bob = app.login("bob@acme.test").await;
+    let upl = upload(&app, &alice, CUSTOMERS).await;
+    let body = json!({"dataset": "customers", "upload": upl});
+    let refused = bob.post(app.url("/api/imports")).header("Idempotency-Key", "k").json(&body).send().await.unwrap();
+    expect_problem(refused, 403, "import-not-permitted").await;
+    for (bad, pointer) in [
+        (json!({"dataset": "invoices", "upload": upl}), "/dataset"),
+        (json!({"dataset": "customers", "upload": "upl_0123456789abcdef0123456789abcdef"}), "/upload"),
+        (json!({"dataset": "customers", "upload": upl, "max_errors": 3}), "/max_errors"),
+    ] {
+        let resp = alice.post(app.url("/api/imports")).header("Idempotency-Key", "bad").json(&bad).send().await.unwrap();
+        let problem = expect_problem(resp, 422, "invalid-request").await;
+        assert_eq!(problem["errors"][0]["pointer"], pointer, "{problem}");
+    }
+    let first = start(&app, &alice, "same", &body).await;
+    let reused = alice.post(app.url("/api/imports")).header("Idempotency-Key", "same").json(&json!({"dataset": "orders", "upload": upl})).send().await.unwrap();
+    expect_problem(reused, 422, "idempotency-key-reused").await;
+    let replay = alice.post(app.url("/api/imports")).header("Idempotency-Key", "same").json(&body).send().await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.json::<Value>().await.unwrap()["id"], first["id"]);
+    expect_problem(alice.get(app.url("/api/imports/imp_0123456789abcdef0123456789abcdef")).send().await.unwrap(), 404, "import-not-found").await;
+    let list: Value = alice.get(app.url("/api/imports")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let cancelled = alice.post(app.url(&format!("/api/imports/{}/cancel", first["id"].as_str().unwrap()))).send().await.unwrap();
+    assert_eq!(cancelled.status(), 200);
+});
