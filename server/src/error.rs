@@ -26,6 +26,8 @@ pub enum AppError {
     ExportNotFound,
     #[error("import not found")]
     ImportNotFound,
+    #[error("upload not found")]
+    UploadNotFound,
     #[error("import already finished")]
     ImportAlreadyFinished,
     #[error("route not found")]
@@ -124,6 +126,7 @@ impl AppError {
             PermissionRevoked => ("permission-revoked", StatusCode::FORBIDDEN, "You are no longer allowed to download this export"),
             ExportNotFound => ("export-not-found", StatusCode::NOT_FOUND, "Export not found"),
             ImportNotFound => ("import-not-found", StatusCode::NOT_FOUND, "Import not found"),
+            UploadNotFound => ("upload-not-found", StatusCode::UNPROCESSABLE_ENTITY, "No upload of yours has this id"),
             ImportAlreadyFinished => ("export-already-finished", StatusCode::CONFLICT, "The import has already finished"),
             NotFound => ("not-found", StatusCode::NOT_FOUND, "Not found"),
             MethodNotAllowed => ("method-not-allowed", StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),

@@ -190,13 +190,17 @@ on_both_backends!(only_an_admin_imports_and_a_request_is_checked_before_anything
     expect_problem(refused, 403, "import-not-permitted").await;
     for (bad, pointer) in [
         (json!({"dataset": "invoices", "upload": upl}), "/dataset"),
-        (json!({"dataset": "customers", "upload": "upl_0123456789abcdef0123456789abcdef"}), "/upload"),
         (json!({"dataset": "customers", "upload": upl, "max_errors": 3}), "/max_errors"),
     ] {
         let resp = alice.post(app.url("/api/imports")).header("Idempotency-Key", "bad").json(&bad).send().await.unwrap();
         let problem = expect_problem(resp, 422, "invalid-request").await;
         assert_eq!(problem["errors"][0]["pointer"], pointer, "{problem}");
     }
+    let unknown = alice.post(app.url("/api/imports")).header("Idempotency-Key", "unknown").json(&json!({"dataset": "customers", "upload": "upl_0123456789abcdef0123456789abcdef"})).send().await.unwrap();
+    expect_problem(unknown, 422, "upload-not-found").await;
+    let gina = app.login("gina@globex.test").await;
+    let others = gina.post(app.url("/api/imports")).header("Idempotency-Key", "others").json(&body).send().await.unwrap();
+    expect_problem(others, 422, "upload-not-found").await;
     let first = start(&app, &alice, "same", &body).await;
     let reused = alice.post(app.url("/api/imports")).header("Idempotency-Key", "same").json(&json!({"dataset": "orders", "upload": upl})).send().await.unwrap();
     expect_problem(reused, 422, "idempotency-key-reused").await;
@@ -208,4 +212,80 @@ on_both_backends!(only_an_admin_imports_and_a_request_is_checked_before_anything
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
     let cancelled = alice.post(app.url(&format!("/api/imports/{}/cancel", first["id"].as_str().unwrap()))).send().await.unwrap();
     assert_eq!(cancelled.status(), 200);
+});
+
+on_both_backends!(a_revoked_import_redriven_goes_on_after_its_committed_batches, |backend| {
+    let app = TestApp::start(Options { worker: true, adjust: small_batches, ..Options::new(backend) }).await;
+    let alice = app.login("alice@acme.test").await;
+    let upl = upload(&app, &alice, &numbered(6)).await;
+    let mut gate = Gate::close_at(&app.fault("import_before_batch"), 2);
+    let view = start(&app, &alice, "redriven", &json!({"dataset": "customers", "upload": upl})).await;
+    gate.reached().await;
+    app.exec("UPDATE users SET role = 'analyst' WHERE id = 'usr_alice'").await;
+    gate.open();
+    let id = view["id"].as_str().unwrap();
+    assert_eq!(finished(&app, &alice, id).await["error"]["code"], "permission_revoked");
+    app.exec("UPDATE users SET role = 'admin' WHERE id = 'usr_alice'").await;
+    assert_eq!(app.cli(&["jobs", "redrive", id]).await, 0);
+    let done = finished(&app, &alice, id).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers WHERE email LIKE 'batch%'").await, 6, "every row once");
+    assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM job_checkpoints WHERE job_id = '{id}'")).await, 3, "the first batch was not done again");
+    assert_eq!(done["counts"]["created"], 6);
+});
+
+on_both_backends!(a_cancel_between_batches_ends_cancelled_with_a_report_of_the_rows_not_applied, |backend| {
+    let app = TestApp::start(Options { worker: true, adjust: small_batches, ..Options::new(backend) }).await;
+    let alice = app.login("alice@acme.test").await;
+    let upl = upload(&app, &alice, &numbered(6)).await;
+    let mut gate = Gate::close_at(&app.fault("import_before_batch"), 2);
+    let view = start(&app, &alice, "cancelled", &json!({"dataset": "customers", "upload": upl})).await;
+    let id = view["id"].as_str().unwrap();
+    gate.reached().await;
+    let asked = alice.post(app.url(&format!("/api/imports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(asked.status(), 202);
+    gate.open();
+    let done = finished(&app, &alice, id).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers WHERE email LIKE 'batch%'").await, 2);
+    let rows = codes(&report(&app, &alice, id).await);
+    assert_eq!(rows, (4..=7).map(|line| (line, String::new(), "not_applied".to_owned())).collect::<Vec<_>>());
+    let again = alice.post(app.url(&format!("/api/imports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(again.status(), 200, "cancelled already");
+});
+
+on_both_backends!(a_row_keeps_the_verdict_its_validation_gave_it_and_rows_the_database_refuses_count_as_invalid, |backend| {
+    let app = TestApp::start(Options { worker: true, adjust: small_batches, ..Options::new(backend) }).await;
+    let alice = app.login("alice@acme.test").await;
+    // No status column: an existing order can be updated, a new one cannot be made.
+    let csv = "order_ref,customer_email,placed_at,total\n\
+               N-1,customer1@acme.example,2026-01-31T09:30:00Z,1.00\n\
+               N-2,late@acme.test,2026-01-31T09:30:00Z,2.00\n\
+               N-3,customer1@acme.example,2026-01-31T09:30:00Z,3.00\n\
+               N-4,customer1@acme.example,2026-01-31T09:30:00Z,4.00\n\
+               N-5,customer1@acme.example,2026-01-31T09:30:00Z,5.00\n";
+    let upl = upload(&app, &alice, csv).await;
+    let mut gate = Gate::close_at(&app.fault("import_before_batch"), 1);
+    let view = start(&app, &alice, "verdict", &json!({"dataset": "orders", "upload": upl, "on_error": "skip_invalid"})).await;
+    gate.reached().await;
+    // The unknown customer appears after the validation: its row stays invalid.
+    app.exec("INSERT INTO customers (tenant_id, name, email, email_key, phone, country, created_at, lifetime_total_cents) VALUES ('ten_acme', 'Late', 'late@acme.test', 'late@acme.test', '1', 'SA', 0, 0)").await;
+    gate.open();
+    let id = view["id"].as_str().unwrap();
+    let done = finished(&app, &alice, id).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    assert_eq!(done["counts"], json!({"rows": 5, "valid": 0, "invalid": 5, "created": 0, "updated": 0, "unchanged": 0, "applied": 0}), "{done}");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM orders WHERE order_ref LIKE 'N-%'").await, 0);
+    let rows = codes(&report(&app, &alice, id).await);
+    assert_eq!(
+        rows,
+        vec![
+            (2, String::new(), "refused".to_owned()),
+            (3, "customer_email".to_owned(), "unknown_customer".to_owned()),
+            (4, String::new(), "refused".to_owned()),
+            (5, String::new(), "refused".to_owned()),
+            (6, String::new(), "refused".to_owned()),
+        ],
+        "each refused row once, in input order"
+    );
 });

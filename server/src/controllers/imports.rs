@@ -29,7 +29,7 @@ use axum::Json;
         (status = 403, description = "import-not-permitted or cross-origin", body = app::Problem, content_type = "application/problem+json"),
         (status = 413, description = "body-too-large", body = app::Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type", body = app::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid-request or idempotency-key-reused", body = app::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid-request, upload-not-found or idempotency-key-reused", body = app::Problem, content_type = "application/problem+json"),
         (status = 429, description = "too-many-exports: too many unfinished imports", body = app::Problem, content_type = "application/problem+json"),
         (status = 500, description = "internal", body = app::Problem, content_type = "application/problem+json"),
         (status = 503, description = "creation-paused or busy; Retry-After", body = app::Problem, content_type = "application/problem+json")

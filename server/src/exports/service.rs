@@ -23,13 +23,23 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
 
 
-/// What `create_export` did.
+/// What a create did, for an operation of any kind shown as `V` (an export's, an import's view).
 #[derive(Debug)]
-pub enum CreateOutcome {
+pub enum CreateOutcome<V = ExportView> {
     /// A new operation was accepted.
-    Created(ExportView),
+    Created(V),
     /// The key was already bound to this intent; the current state of that operation.
-    Replayed(ExportView),
+    Replayed(V),
+}
+
+/// Counts a create's answer in the metrics: a replay, or a key bound to another request.
+pub fn counted<V>(state: &ServiceContext, outcome: Result<CreateOutcome<V>, AppError>) -> Result<CreateOutcome<V>, AppError> {
+    match &outcome {
+        Ok(CreateOutcome::Replayed(_)) => state.metrics.replays.inc(),
+        Err(AppError::IdempotencyKeyReused { .. }) => state.metrics.key_reuse_conflicts.inc(),
+        _ => {}
+    }
+    outcome
 }
 
 /// Whether `role` may export every column of `resolved` (SPEC §2's "authorised", less activity,
@@ -109,13 +119,7 @@ pub fn ensure_may_export(actor: &Actor) -> Result<(), AppError> {
 /// Creates an export for `request` (the JSON document as sent, before defaults), or replays the
 /// one bound to `key` (SPEC §3.1, in its order of checks).
 pub async fn create_export(state: &ServiceContext, actor: &Actor, key: &IdempotencyKey, request: Value) -> Result<CreateOutcome, AppError> {
-    let outcome = create_or_replay(state, actor, key.as_str(), request).await;
-    match &outcome {
-        Ok(CreateOutcome::Replayed(_)) => state.metrics.replays.inc(),
-        Err(AppError::IdempotencyKeyReused { .. }) => state.metrics.key_reuse_conflicts.inc(),
-        _ => {}
-    }
-    outcome
+    counted(state, create_or_replay(state, actor, key.as_str(), request).await)
 }
 
 async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw: Value) -> Result<CreateOutcome, AppError> {
@@ -407,23 +411,28 @@ pub async fn record_download(state: &ServiceContext, m: &jobs::Model, actor_id: 
 
 /// What a cancel did (SPEC §3): 200 for `cancelled`, 202 for `cancel_requested`.
 #[derive(Debug)]
-pub enum CancelOutcome {
+pub enum CancelOutcome<V = ExportView> {
     /// Cancelled at once (was queued or retry_wait), or already cancelled.
-    Cancelled(ExportView),
+    Cancelled(V),
     /// The worker stops at its next checkpoint (was running), or already asked.
-    Requested(ExportView),
+    Requested(V),
+}
+
+/// Asks the job store to cancel the actor's job `m` and returns the job as it is after: moved,
+/// or (not in a cancellable state) as it is now.
+pub async fn cancel_own(state: &ServiceContext, actor: &Actor, m: &jobs::Model) -> Result<jobs::Model, AppError> {
+    let by = transitions::Canceller::User { tenant_id: &actor.tenant_id, actor_id: &actor.user_id };
+    Ok(match transitions::cancel(&state.db, &m.id, by).await? {
+        Outcome::Moved(row) => *row,
+        Outcome::NotMoved(_) => jobs::Entity::find_by_id(m.id.clone()).one(&state.db).await?.ok_or(AppError::ExportNotFound)?,
+    })
 }
 
 /// Cancels the actor's export: `queued`/`retry_wait` → `cancelled`, `running` →
 /// `cancel_requested`, in one conditional update; a finished export is 409 with its view.
 pub async fn cancel_export(state: &ServiceContext, actor: &Actor, id: &str) -> Result<CancelOutcome, AppError> {
     let m = find_own(&state.db, actor, id).await?;
-    let by = transitions::Canceller::User { tenant_id: &actor.tenant_id, actor_id: &actor.user_id };
-    let row = match transitions::cancel(&state.db, &m.id, by).await? {
-        Outcome::Moved(row) => *row,
-        // Not in a cancellable state (any more): answer with how it is now.
-        Outcome::NotMoved(_) => find_own(&state.db, actor, id).await?,
-    };
+    let row = cancel_own(state, actor, &m).await?;
     let view = view_for(state, actor, &row).await?;
     match view.status {
         ExportStatus::Cancelled => Ok(CancelOutcome::Cancelled(view)),

@@ -21,6 +21,16 @@ pub fn request_of(m: &jobs::Model) -> Result<ExportRequest, AppError> {
     serde_json::from_str(&m.request).map_err(|e| AppError::Internal(format!("stored request of {}: {e}", m.id)))
 }
 
+/// Why a job failed, as its view shows it.
+pub fn error_of(m: &jobs::Model) -> Option<ErrorView> {
+    m.error_code.as_ref().map(|code| ErrorView {
+        code: code.clone(),
+        message: m.error_message.clone().unwrap_or_default(),
+        retryable: m.error_retryable.unwrap_or(false),
+        support_ref: m.error_support_ref.clone(),
+    })
+}
+
 /// The view of a stored operation, with a download link when one was minted for the reader and,
 /// for a ready checkpointed export, its parts.
 pub fn to_view(m: &jobs::Model, download: Option<DownloadView>, parts: Option<Vec<PartView>>) -> Result<ExportView, AppError> {
@@ -38,12 +48,7 @@ pub fn to_view(m: &jobs::Model, download: Option<DownloadView>, parts: Option<Ve
     let request = request_of(m)?;
     let checkpointed = request.consistency == Consistency::Checkpointed;
     let parts_expected = m.checkpoint_plan.as_deref().and_then(|p| serde_json::from_str::<PartsPlan>(p).ok()).map(|p| p.parts_expected());
-    let error = m.error_code.as_ref().map(|code| ErrorView {
-        code: code.clone(),
-        message: m.error_message.clone().unwrap_or_default(),
-        retryable: m.error_retryable.unwrap_or(false),
-        support_ref: m.error_support_ref.clone(),
-    });
+    let error = error_of(m);
     Ok(ExportView {
         id: m.id.clone(),
         status: status_of(m)?,

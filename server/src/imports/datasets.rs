@@ -169,8 +169,9 @@ impl Header {
 pub enum Value {
     /// Text as stored (an email as sent, trimmed).
     Text(String),
-    /// Epoch milliseconds.
-    Instant(i64),
+    /// Epoch milliseconds, and whether the file gave a fraction of a second (an instant without
+    /// one equals a stored one to the second).
+    Instant(i64, bool),
     /// Minor units.
     Cents(i64),
 }
@@ -219,7 +220,7 @@ pub fn read_cell(rule: ColumnRule, raw: &str) -> Result<Value, Problem> {
             Ok(Value::Text(cell.to_owned()))
         }
         CellKind::Instant => match cell.parse::<jiff::Timestamp>() {
-            Ok(ts) => Ok(Value::Instant(ts.as_millisecond())),
+            Ok(ts) => Ok(Value::Instant(ts.as_millisecond(), cell.contains('.'))),
             Err(_) => Err(Problem::new(name, "invalid_instant", "not an RFC 3339 instant with an offset, such as 2026-01-31T09:30:00+03:00")),
         },
         CellKind::Status => {
@@ -297,7 +298,7 @@ mod tests {
         assert_eq!(code(Orders, "currency", "sar"), Some("invalid_currency"));
         assert_eq!(code(Orders, "order_ref", ""), Some("missing_value"));
         assert_eq!(code(Orders, "order_ref", &"r".repeat(65)), Some("invalid_order_ref"));
-        assert_eq!(read_cell(rule_of(Orders, "placed_at"), "2026-01-31T09:30:00+03:00"), Ok(Value::Instant(1_769_841_000_000)));
+        assert_eq!(read_cell(rule_of(Orders, "placed_at"), "2026-01-31T09:30:00+03:00"), Ok(Value::Instant(1_769_841_000_000, false)));
         assert_eq!(read_cell(rule_of(Customers, "name"), "'=HYPERLINK(x)"), Ok(Value::Text("=HYPERLINK(x)".into())), "an export's defusing is undone");
         assert_eq!(read_cell(rule_of(Customers, "name"), "محمد العتيبي"), Ok(Value::Text("محمد العتيبي".into())));
         assert_eq!(read_cell(rule_of(Customers, "email"), " Ali@Acme.test "), Ok(Value::Text("Ali@Acme.test".into())));

@@ -13,32 +13,19 @@ use crate::error::{AppError, FieldError};
 use crate::exports::canonical::fingerprint;
 use crate::exports::context::ServiceContext;
 use crate::exports::key::IdempotencyKey;
-use crate::exports::service::{list_page, owner, typed_request};
+use crate::exports::service::{cancel_own, counted, list_page, owner, typed_request};
 use crate::job_store::intake::{self, Intake, NewJob};
 use crate::job_store::kind::JobKind;
-use crate::job_store::transitions::{self, Outcome};
 use crate::job_store::{audit, checkpoints, Mover};
-use app::{DownloadView, ErrorView, ExportStatus, ImportCounts, ImportList, ImportMode, ImportProgress, ImportRequest, ImportView, OnError, ReportView, UploadRef};
+use app::{DownloadView, ExportStatus, ImportCounts, ImportList, ImportMode, ImportProgress, ImportRequest, ImportView, OnError, ReportView, UploadRef};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
 
 /// What `create_import` did.
-#[derive(Debug)]
-pub enum CreateOutcome {
-    /// A new import was accepted.
-    Created(ImportView),
-    /// The key was already bound to this intent: that import as it is now.
-    Replayed(ImportView),
-}
+pub type CreateOutcome = crate::exports::service::CreateOutcome<ImportView>;
 
 /// What `cancel_import` did.
-#[derive(Debug)]
-pub enum CancelOutcome {
-    /// It was cancelled.
-    Cancelled(ImportView),
-    /// It runs; its worker stops at the next batch.
-    Requested(ImportView),
-}
+pub type CancelOutcome = crate::exports::service::CancelOutcome<ImportView>;
 
 /// The fingerprint of an import request: of the request with its defaults, the upload named by
 /// its digest instead of its id (SPEC §10).
@@ -68,13 +55,7 @@ fn check(request: &ImportRequest) -> Result<Dataset, AppError> {
 
 /// Creates an import, or replays the one bound to `key`.
 pub async fn create_import(state: &ServiceContext, actor: &Actor, key: &IdempotencyKey, raw: Value) -> Result<CreateOutcome, AppError> {
-    let outcome = create_or_replay(state, actor, key.as_str(), raw).await;
-    match &outcome {
-        Ok(CreateOutcome::Replayed(_)) => state.metrics.replays.inc(),
-        Err(AppError::IdempotencyKeyReused { .. }) => state.metrics.key_reuse_conflicts.inc(),
-        _ => {}
-    }
-    outcome
+    counted(state, create_or_replay(state, actor, key.as_str(), raw).await)
 }
 
 async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw: Value) -> Result<CreateOutcome, AppError> {
@@ -103,7 +84,7 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
     let dataset = check(&request)?;
     let upload = find_own_and_touch(&state.db, actor, &request.upload)
         .await?
-        .ok_or_else(|| AppError::InvalidRequest(vec![FieldError::new("/upload", "no upload of yours has this id")]))?;
+        .ok_or(AppError::UploadNotFound)?;
     let fp = fingerprint_of(&request, &upload.sha256)?;
     let resolved = Resolved { object_key: upload.object_key.clone(), sha256: upload.sha256.clone(), bytes: upload.bytes };
     let job = NewJob {
@@ -158,10 +139,12 @@ pub fn to_view(m: &jobs::Model, mark: Option<Mark>, download: Option<DownloadVie
     let status = ExportStatus::parse(&m.status).ok_or_else(|| AppError::Internal(format!("unknown stored status {:?}", m.status)))?;
     let mark = mark.unwrap_or_default();
     let counts = match &plan {
+        // A valid row the database refused counts as invalid: `valid` is what the counts of
+        // created, updated and unchanged add up to.
         Some(p) => ImportCounts {
             rows: p.rows,
-            valid: p.valid,
-            invalid: p.invalid,
+            valid: p.valid - mark.refused,
+            invalid: p.invalid + mark.refused,
             created: mark.created,
             updated: mark.updated,
             unchanged: mark.unchanged,
@@ -175,12 +158,7 @@ pub fn to_view(m: &jobs::Model, mark: Option<Mark>, download: Option<DownloadVie
         (Some(sha256), Some(bytes)) => Some(ReportView { sha256: sha256.clone(), bytes, expires_at: rfc3339(m.artifact_expires_at.unwrap_or(0)), expired: m.artifact_expired }),
         _ => None,
     };
-    let error = m.error_code.as_ref().map(|code| ErrorView {
-        code: code.clone(),
-        message: m.error_message.clone().unwrap_or_default(),
-        retryable: m.error_retryable.unwrap_or(false),
-        support_ref: m.error_support_ref.clone(),
-    });
+    let error = crate::exports::view::error_of(m);
     Ok(ImportView {
         id: m.id.clone(),
         kind: JobKind::Import.as_str().to_owned(),
@@ -222,11 +200,7 @@ pub async fn list_imports(state: &ServiceContext, actor: &Actor, limit: Option<&
 /// Cancels an import: at once when it waits, at the next batch when it runs.
 pub async fn cancel_import(state: &ServiceContext, actor: &Actor, id: &str) -> Result<CancelOutcome, AppError> {
     let m = find_own(&state.db, actor, id).await?;
-    let by = transitions::Canceller::User { tenant_id: &actor.tenant_id, actor_id: &actor.user_id };
-    let row = match transitions::cancel(&state.db, &m.id, by).await? {
-        Outcome::Moved(row) => *row,
-        Outcome::NotMoved(_) => find_own(&state.db, actor, id).await?,
-    };
+    let row = cancel_own(state, actor, &m).await?;
     let view = view_for(state, actor, &row).await?;
     match view.status {
         ExportStatus::Cancelled => Ok(CancelOutcome::Cancelled(view)),

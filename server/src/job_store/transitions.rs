@@ -552,6 +552,11 @@ pub async fn cancel(db: &DatabaseConnection, id: &str, by: Canceller<'_>) -> Res
 /// wait starts again now.
 pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
+    // An export starts again from nothing; an import keeps its plan and its committed batches,
+    // which stay applied (its next attempt goes on after them).
+    let keeps = |kept: Expr, reset: Expr| -> Expr {
+        CaseStatement::new().case(Expr::col((jobs::Entity, jobs::Column::Kind)).eq(super::kind::JobKind::Import.as_str()), kept).finally(reset).into()
+    };
     let update = moving(backend, id, Held::Wait)
         .col_expr(jobs::Column::Status, Expr::val(Queued.as_str()))
         .col_expr(jobs::Column::Attempt, Expr::val(0))
@@ -560,8 +565,8 @@ pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr
         .col_expr(jobs::Column::RowsWritten, Expr::val(0i64))
         .col_expr(jobs::Column::RowsTotal, none::<i64>())
         .col_expr(jobs::Column::LastProgressAt, none::<i64>())
-        .col_expr(jobs::Column::CheckpointSeq, Expr::val(0))
-        .col_expr(jobs::Column::CheckpointPlan, none::<String>())
+        .col_expr(jobs::Column::CheckpointSeq, keeps(Expr::col((jobs::Entity, jobs::Column::CheckpointSeq)), Expr::val(0)))
+        .col_expr(jobs::Column::CheckpointPlan, keeps(Expr::col((jobs::Entity, jobs::Column::CheckpointPlan)), none::<String>()))
         .col_expr(jobs::Column::ErrorCode, none::<String>())
         .col_expr(jobs::Column::ErrorMessage, none::<String>())
         .col_expr(jobs::Column::ErrorRetryable, none::<bool>())

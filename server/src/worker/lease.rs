@@ -103,6 +103,17 @@ impl Lease {
         changed
     }
 
+    /// Waits until the attempt is no longer this worker's (lost, or stalled); a cancel asked
+    /// meanwhile is left for the attempt to meet at its next checkpoint.
+    pub async fn lost(&self) -> Holding {
+        let mut holding = self.holding.clone();
+        let changed = match holding.wait_for(|h| matches!(h, Holding::Lost | Holding::Stalled)).await {
+            Ok(h) => *h,
+            Err(_) => Holding::Lost,
+        };
+        changed
+    }
+
     /// Records the snapshot's row count; the next heartbeat carries it at once.
     pub fn counted(&self, total: i64) {
         self.progress.total.store(total, Ordering::Relaxed);

@@ -7,7 +7,7 @@ use crate::error::new_support_ref;
 use crate::faults::Injected;
 use crate::job_store::transitions::{self, Failure, Outcome, Refusal};
 use crate::job_store::Mover;
-use crate::worker::lease::Holding;
+use crate::worker::lease::{Holding, Lease};
 use crate::worker::snapshot::SnapshotError;
 use crate::worker::WorkerContext;
 
@@ -71,6 +71,21 @@ impl From<Injected> for Stop {
     fn from(_: Injected) -> Stop {
         Stop::storage("a fault point injected a storage failure")
     }
+}
+
+/// Starts an attempt at a claimed job under its lease; `None` leaves the job as it is: it
+/// belongs to a deployment this worker does not serve, or it is not (or no longer) this
+/// generation's (a duplicate delivery).
+pub(super) async fn begin(ctx: &WorkerContext, job: &jobs::Model) -> Option<Lease> {
+    if !ctx.worker.serves(&job.deployment) {
+        tracing::warn!(job = %job.id, deployment = %job.deployment, "refusing a job of a deployment this worker does not serve");
+        return None;
+    }
+    let lease = Lease::start(ctx, job).await;
+    if lease.is_none() {
+        tracing::info!(job = %job.id, generation = job.generation, "not this generation's job (a duplicate delivery): nothing to do");
+    }
+    lease
 }
 
 /// Ends the attempt with the transition its result calls for.

@@ -21,21 +21,14 @@ use app::{Compression, Consistency};
 use crate::worker::lease::{Holding, Lease};
 use crate::worker::snapshot::{self, Plan, Produced};
 use crate::worker::WorkerContext;
-use super::attempt::{end, Stop};
+use super::attempt::{begin, end, Stop};
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
 
 /// Runs one claimed job to the end of its attempt, whatever happens. A job of a deployment this
 /// worker does not serve, or one that is not (or no longer) this generation's, is left as it is.
 pub async fn run(ctx: &WorkerContext, job: jobs::Model) {
-    if !ctx.worker.serves(&job.deployment) {
-        tracing::warn!(export = %job.id, deployment = %job.deployment, "refusing a job of a deployment this worker does not serve");
-        return;
-    }
-    let Some(lease) = Lease::start(ctx, &job).await else {
-        tracing::info!(export = %job.id, generation = job.generation, "not this generation's job (a duplicate delivery): nothing to do");
-        return;
-    };
+    let Some(lease) = begin(ctx, &job).await else { return };
     let staging = staging_key(&job.id, job.generation);
     let store = ctx.stores.for_deployment(&ctx.db, &job.deployment).await;
     let result = match &store {

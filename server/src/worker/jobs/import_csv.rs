@@ -9,7 +9,7 @@
 //! error in input order, and for a failed or cancelled import the rows not applied) is the
 //! job's artifact.
 
-use super::attempt::{end, Stop};
+use super::attempt::{begin, end, Stop};
 use crate::entities::{customers, jobs, orders};
 use crate::imports::datasets::{read_cell, CellKind, ColumnRule, Dataset, Header, Problem, Value};
 use crate::imports::stored::{request_of, resolved_of, Mark, Plan, ReportFile};
@@ -39,22 +39,17 @@ const FINAL_REPORT: i32 = 2;
 
 /// Runs one claimed import to the end of its attempt.
 pub async fn run(ctx: &WorkerContext, job: jobs::Model) {
-    if !ctx.worker.serves(&job.deployment) {
-        tracing::warn!(job = %job.id, deployment = %job.deployment, "refusing a job of a deployment this worker does not serve");
-        return;
-    }
-    let Some(lease) = Lease::start(ctx, &job).await else {
-        tracing::info!(job = %job.id, generation = job.generation, "not this generation's job (a duplicate delivery): nothing to do");
-        return;
-    };
+    let Some(lease) = begin(ctx, &job).await else { return };
     let store = ctx.stores.for_deployment(&ctx.db, &job.deployment).await;
     let result = match &store {
         Ok(store) => {
             let attempt = Attempt { ctx, job: &job, store, lease: &lease, refused_in_failed_batch: Default::default() };
+            // A cancel is met at the next batch, where the report of the rows not applied is
+            // written; a lost lease or a stall ends the attempt wherever it waits.
             tokio::select! {
                 biased;
                 result = attempt.run() => result,
-                holding = lease.interrupted() => Err(Stop::interrupted(holding)),
+                holding = lease.lost() => Err(Stop::interrupted(holding)),
             }
         }
         Err(e) => Err(Stop::storage(e)),
@@ -165,7 +160,7 @@ impl Attempt<'_> {
             let failure = if code == Failure::INVALID_FILE.code { Failure::INVALID_FILE } else { Failure::VALIDATION_FAILED };
             return Err(self.fail_with_report(&plan, dataset, failure, None).await);
         }
-        let applied = self.apply(dataset, request.mode, request.on_error).await;
+        let applied = self.apply(dataset, request.mode, request.on_error, &plan).await;
         let last = match applied {
             Ok(last) => last,
             Err(Stop::Failed { failure, detail }) if failure == Failure::APPLY_FAILED => {
@@ -181,7 +176,8 @@ impl Attempt<'_> {
         };
         let report = self.write_report(dataset, &plan, None, &last.refused_rows).await?;
         self.checkpoint()?;
-        let artifact = Artifact { key: report.key.clone(), sha256: report.sha256.clone(), bytes: report.bytes, rows: last.mark.applied(), bundle_digest: None };
+        // The job's progress then shows the file's records, done.
+        let artifact = Artifact { key: report.key.clone(), sha256: report.sha256.clone(), bytes: report.bytes, rows: plan.rows, bundle_digest: None };
         let by = Mover::Worker(&self.ctx.worker_id);
         let released = transitions::release(&self.ctx.db, job, &artifact, self.ctx.config.artifact_ttl, Authority::Import, by, &self.ctx.faults)
             .await
@@ -223,16 +219,10 @@ impl Attempt<'_> {
         serde_json::from_str(&last.payload).ok()
     }
 
-    /// The errors of the rows the database refused, from every committed batch.
+    /// The errors of the rows the database refused, as the last committed batch carries them
+    /// (each batch's checkpoint carries every refused row so far).
     async fn refused_so_far(&self) -> Result<Vec<RowError>, Stop> {
-        let all = checkpoints::of_job(&self.ctx.db, &self.job.id).await.map_err(Stop::internal)?;
-        let mut out = Vec::new();
-        for c in all {
-            if let Ok(batch) = serde_json::from_str::<BatchPayload>(&c.payload) {
-                out.extend(batch.refused_rows);
-            }
-        }
-        Ok(out)
+        Ok(self.last_payload().await?.refused_rows)
     }
 
     /// Reads the upload, in a blocking thread, into chunks of records sent as they are parsed.
@@ -283,7 +273,10 @@ impl Attempt<'_> {
     }
 
     /// Marks every error of `rows` that needs the file as a whole or the database.
-    async fn refine(&self, dataset: Dataset, rows: &mut [Row], duplicated: &HashSet<u64>) -> Result<(), Stop> {
+    /// With `references`, also the references the database must hold (orders' customers): the
+    /// validating phase checks them; the applying phase meets them as refusals instead, so a
+    /// row keeps the verdict its validation gave it.
+    async fn refine(&self, dataset: Dataset, rows: &mut [Row], duplicated: &HashSet<u64>, references: bool) -> Result<(), Stop> {
         for row in rows.iter_mut() {
             if let Some(key) = row.key() {
                 if duplicated.contains(&digest64(&key)) {
@@ -292,7 +285,7 @@ impl Attempt<'_> {
                 }
             }
         }
-        if dataset == Dataset::Orders {
+        if references && dataset == Dataset::Orders {
             let wanted: Vec<String> = rows.iter().filter_map(|r| r.text("customer_email").map(migrations::email_key)).collect();
             let known = customer_ids(&self.ctx.db, &self.job.tenant_id, &wanted).await.map_err(Stop::internal)?;
             for row in rows.iter_mut() {
@@ -322,7 +315,7 @@ impl Attempt<'_> {
                 Next::End => break,
                 Next::Invalid(p) => return self.invalid_file(p).await,
             };
-            self.refine(dataset, &mut rows, &duplicated).await?;
+            self.refine(dataset, &mut rows, &duplicated, true).await?;
             for row in &rows {
                 rows_n += 1;
                 if !row.problems.is_empty() {
@@ -367,11 +360,12 @@ impl Attempt<'_> {
     }
 
     /// The applying phase: the valid records after the last committed batch, in batches.
-    async fn apply(&self, dataset: Dataset, mode: ImportMode, on_error: OnError) -> Result<BatchPayload, Stop> {
+    async fn apply(&self, dataset: Dataset, mode: ImportMode, on_error: OnError, plan: &Plan) -> Result<BatchPayload, Stop> {
         let duplicated = match self.duplicated_keys(dataset).await? {
             Ok(d) => d,
             Err(p) => return Err(Stop::invalid_data(p.message)),
         };
+        let invalid_lines = self.invalid_lines(plan).await?;
         let start = self.last_payload().await?;
         let seq0 = self.job.checkpoint_seq;
         let mut state = Applying { seq: seq0, last: start.clone(), pending: Vec::new() };
@@ -383,10 +377,13 @@ impl Attempt<'_> {
                 Next::End => break,
                 Next::Invalid(p) => return Err(Stop::invalid_data(p.message)),
             };
-            self.refine(dataset, &mut rows, &duplicated).await?;
-            for row in rows {
+            self.refine(dataset, &mut rows, &duplicated, false).await?;
+            for mut row in rows {
                 if row.record.number <= state.last.mark.last_record {
                     continue;
+                }
+                if invalid_lines.contains(&row.record.line) && row.problems.is_empty() {
+                    row.problems.push(Problem { column: String::new(), code: "invalid", message: "invalid when the file was validated".into() });
                 }
                 state.pending.push(row);
                 if state.pending.len() >= batch_rows {
@@ -399,6 +396,20 @@ impl Attempt<'_> {
             self.batch(dataset, mode, on_error, &mut state).await?;
         }
         Ok(state.last)
+    }
+
+    /// The lines of the records the validation found invalid, from its report.
+    async fn invalid_lines(&self, plan: &Plan) -> Result<HashSet<i64>, Stop> {
+        let mut lines = HashSet::new();
+        let Some(file) = &plan.report else { return Ok(lines) };
+        let bytes = self.store.objects().get(&Path::from(file.key.as_str())).await.map_err(Stop::storage)?.bytes().await.map_err(Stop::storage)?;
+        let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(&bytes[..]);
+        for rec in reader.records().flatten() {
+            if let Some(line) = rec.get(0).and_then(|l| l.parse::<i64>().ok()) {
+                lines.insert(line);
+            }
+        }
+        Ok(lines)
     }
 
     async fn last_payload(&self) -> Result<BatchPayload, Stop> {
@@ -470,6 +481,12 @@ impl Attempt<'_> {
     async fn write_report(&self, dataset: Dataset, plan: &Plan, applied_through: Option<i64>, refused: &[RowError]) -> Result<ReportFile, Stop> {
         let staging = staging_part_key(&self.job.id, self.job.generation, FINAL_REPORT);
         let mut report = ReportWriter::start(self.store, &staging).map_err(Stop::internal)?;
+        if plan.fails.as_deref() == Some(Failure::INVALID_FILE.code) {
+            for e in &plan.first_errors {
+                report.row(e.line, &e.column, &e.code, &e.message, &[]).await.map_err(Stop::storage)?;
+            }
+            return report.finish(self.store, &self.job.tenant_id, &self.job.id, &staging).await.map_err(Stop::storage);
+        }
         let mut validation: HashMap<i64, Vec<(String, String, String)>> = HashMap::new();
         if let Some(file) = &plan.report {
             let bytes = self.store.objects().get(&Path::from(file.key.as_str())).await.map_err(Stop::storage)?.bytes().await.map_err(Stop::storage)?;
@@ -615,14 +632,13 @@ fn read_row(header: &Header, record: Record) -> Row {
 /// Parses `reader` as CSV on the calling (blocking) thread, sending the header and then chunks
 /// of records; stops at the first whole-file error.
 fn parse(reader: impl std::io::Read, tx: &tokio::sync::mpsc::Sender<Result<Read, Problem>>) {
-    let quotes = std::rc::Rc::new(std::cell::Cell::new(0u64));
-    let reader = QuoteCount { inner: reader, quotes: quotes.clone() };
+    let tally = std::rc::Rc::new(std::cell::RefCell::new(Tally::default()));
+    let reader = Tallied { inner: reader, tally: tally.clone() };
     let mut csv = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(reader);
     let mut record = csv::ByteRecord::new();
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut number = 0i64;
     let mut first = true;
-    let mut next_line = 1i64;
     loop {
         match csv.read_byte_record(&mut record) {
             Ok(false) => break,
@@ -633,12 +649,8 @@ fn parse(reader: impl std::io::Read, tx: &tokio::sync::mpsc::Sender<Result<Read,
                 return;
             }
         }
-        // csv reports where a record after a CRLF starts one line early (the LF is read with
-        // the next record), and skips blank lines: a record starts at the later of its reported
-        // line and the line after the previous record's last.
-        let reported = record.position().map_or(0, |p| p.line() as i64);
-        let line = reported.max(next_line);
-        next_line = line + 1 + record.iter().map(|f| f.iter().filter(|b| **b == b'\n').count() as i64).sum::<i64>();
+        let inside = record.iter().map(|f| f.iter().filter(|b| **b == b'\n').count() as u64).sum::<u64>();
+        let line = tally.borrow_mut().start_line(csv.position().byte(), inside);
         let mut cells = Vec::with_capacity(record.len());
         for field in record.iter() {
             match std::str::from_utf8(field) {
@@ -664,7 +676,7 @@ fn parse(reader: impl std::io::Read, tx: &tokio::sync::mpsc::Sender<Result<Read,
     }
     // In RFC 4180 every quote comes in a pair (an opening and a closing one, or `""` for a quote
     // in a quoted cell); the parser reads an unterminated quoted cell to the end of the file.
-    if quotes.get() % 2 == 1 {
+    if tally.borrow().quotes % 2 == 1 {
         let _ = tx.blocking_send(Err(Problem { column: String::new(), code: "unterminated_quote", message: "a quoted cell is not closed before the end of the file".into() }));
         return;
     }
@@ -673,16 +685,57 @@ fn parse(reader: impl std::io::Read, tx: &tokio::sync::mpsc::Sender<Result<Read,
     }
 }
 
-/// Counts the quotes of the bytes read through it.
-struct QuoteCount<R> {
-    inner: R,
-    quotes: std::rc::Rc<std::cell::Cell<u64>>,
+/// What the bytes read so far hold: their quotes, and where their line feeds are. A record's
+/// line is worked out from where it ends (the parser's position after it is exact, where the
+/// position it gives for its start is not after a CRLF or blank lines): the line feeds before
+/// its end, less those inside its cells and its own terminating one.
+#[derive(Default)]
+struct Tally {
+    /// Bytes read.
+    read: u64,
+    quotes: u64,
+    /// Offsets of the line feeds read but not yet passed by a record's end.
+    feeds: std::collections::VecDeque<u64>,
+    /// Line feeds passed.
+    passed: u64,
+    /// The offset of the last line feed passed.
+    last_feed: Option<u64>,
 }
 
-impl<R: std::io::Read> std::io::Read for QuoteCount<R> {
+impl Tally {
+    fn saw(&mut self, bytes: &[u8]) {
+        for (i, b) in bytes.iter().enumerate() {
+            match b {
+                b'"' => self.quotes += 1,
+                b'\n' => self.feeds.push_back(self.read + i as u64),
+                _ => {}
+            }
+        }
+        self.read += bytes.len() as u64;
+    }
+
+    /// The 1-based line a record starts on, given the offset just past its end and the line
+    /// feeds inside its cells.
+    fn start_line(&mut self, end: u64, inside: u64) -> i64 {
+        while self.feeds.front().is_some_and(|&at| at < end) {
+            self.last_feed = self.feeds.pop_front();
+            self.passed += 1;
+        }
+        let terminated_by_feed = end > 0 && self.last_feed == Some(end - 1);
+        (1 + self.passed - inside - terminated_by_feed as u64) as i64
+    }
+}
+
+/// A reader that tallies what passes through it.
+struct Tallied<R> {
+    inner: R,
+    tally: std::rc::Rc<std::cell::RefCell<Tally>>,
+}
+
+impl<R: std::io::Read> std::io::Read for Tallied<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.quotes.set(self.quotes.get() + buf[..n].iter().filter(|b| **b == b'"').count() as u64);
+        self.tally.borrow_mut().saw(&buf[..n]);
         Ok(n)
     }
 }
@@ -896,15 +949,21 @@ fn plan_customer(backend: sea_orm::DbBackend, tenant_id: &str, row: &Row, key: &
 fn plan_order(backend: sea_orm::DbBackend, tenant_id: &str, row: &Row, key: &str, before: Option<&orders::Model>, customer: Option<i64>) -> Op<orders::ActiveModel> {
     use sea_orm::QueryTrait;
     let text = |name: &str| row.text(name).map(str::to_owned);
-    let instant = row.values.iter().find_map(|(r, v)| match v {
-        Value::Instant(ms) if r.name == "placed_at" => Some(*ms),
-        _ => None,
-    });
-    let fraction = row.record.cells.iter().any(|c| c.contains('T') && c.contains('.'));
+    let (instant, fraction) = row
+        .values
+        .iter()
+        .find_map(|(r, v)| match v {
+            Value::Instant(ms, fraction) if r.name == "placed_at" => Some((Some(*ms), *fraction)),
+            _ => None,
+        })
+        .unwrap_or((None, false));
     let cents = row.values.iter().find_map(|(_, v)| match v {
         Value::Cents(c) => Some(*c),
         _ => None,
     });
+    if row.has("customer_email") && customer.is_none() {
+        return Op::Refuse("no customer of yours has this email (any more)");
+    }
     match before {
         Some(o) => {
             let mut changed = false;
@@ -1025,7 +1084,7 @@ mod tests {
 
     #[test]
     fn records_carry_the_line_they_start_on_counting_line_breaks_inside_quotes() {
-        let file = "email,name\r\na@x.test,\"two\nlines\"\nb@x.test,plain\r\n";
+        let file = "email,name\r\na@x.test,\"two\nlines\"\nb@x.test,plain\r\n\n\r\nc@x.test,after blank lines\r\nd@x.test,\"cr\r\nlf\"";
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);
         parse(file.as_bytes(), &tx);
         drop(tx);
@@ -1035,6 +1094,6 @@ mod tests {
                 lines.extend(records.iter().map(|r| (r.number, r.line)));
             }
         }
-        assert_eq!(lines, vec![(1, 2), (2, 4)]);
+        assert_eq!(lines, vec![(1, 2), (2, 4), (3, 7), (4, 8)]);
     }
 }
