@@ -517,11 +517,16 @@ def main():
     p.add_argument("--admin-url", required=True)
     p.add_argument("--orders", type=int, default=1_000_000)
     p.add_argument("--out", required=True)
+    p.add_argument("--only", default="", help="imports: only the import figures, on PostgreSQL, written beside --out")
     ARGS = p.parse_args()
+    if ARGS.only:
+        ARGS.out = ARGS.out.removesuffix(".md") + f"-{ARGS.only}.md"
     work = tempfile.mkdtemp(prefix="exportd-bench-")
     pg_url = ARGS.admin_url.rsplit("/", 1)[0] + "/exportd_bench"
     subprocess.run(["psql", ARGS.admin_url, "-qX", "-c", "DROP DATABASE IF EXISTS exportd_bench WITH (FORCE)", "-c", "CREATE DATABASE exportd_bench"], check=True)
     backends = [Backend("PostgreSQL", pg_url, os.path.join(work, "pg")), Backend("SQLite", f"sqlite://{work}/sqlite/exportd.db", os.path.join(work, "sqlite"))]
+    if ARGS.only:
+        backends = backends[:1]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     try:
         for b in backends:
@@ -533,6 +538,11 @@ def main():
             if b.name == "PostgreSQL":
                 b.sql("VACUUM ANALYZE")
             admin = b.run("token", "create", "alice@acme.test").strip()
+            if ARGS.only == "imports":
+                b.api()
+                import_figures(b, admin)
+                b.stop_all()
+                continue
             exports_figures(b, admin)
             latency_empty = create_latency(b, admin, "empty")
             # Both runs start with no active export (the per-actor limit counts them).
@@ -547,7 +557,8 @@ def main():
                 checkpointed_figures(b, admin)
                 import_figures(b, admin)
             b.stop_all()
-        wasm_figure()
+        if not ARGS.only:
+            wasm_figure()
     finally:
         for b in backends:
             b.stop_all()

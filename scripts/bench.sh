@@ -6,6 +6,7 @@
 #
 #   scripts/bench.sh                  # 1,000,000 orders per tenant
 #   BENCH_ORDERS=100000 scripts/bench.sh
+#   BENCH_ONLY=imports BENCH_ORDERS=1000 scripts/bench.sh   # the import figures alone
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$root/scripts/setup.sh" --test
@@ -24,4 +25,5 @@ exec python3 "$root/scripts/bench.py" \
   --site "$root/target/site" \
   --admin-url "$TEST_DATABASE_URL" \
   --orders "${BENCH_ORDERS:-1000000}" \
+  --only "${BENCH_ONLY:-}" \
   --out "$root/docs/benchmarks.md"

@@ -122,7 +122,9 @@ where
             Ok(chunk) => chunk,
             Err(e) => {
                 let _ = staged.abort().await;
-                return Err(AppError::MalformedJson(format!("the body could not be read: {e}")));
+                // The sender went away mid-body (it will not read an answer); the cause is logged.
+                tracing::info!(error = %e, "an upload's body broke off");
+                return Err(AppError::RequestTimeout);
             }
         };
         size += chunk.len() as u64;
