@@ -146,7 +146,10 @@ impl Attempt<'_> {
         self.checkpoint()?;
         let request = request_of(job).map_err(Stop::internal)?;
         let dataset = Dataset::parse(&request.dataset).ok_or_else(|| Stop::internal(format!("unknown dataset {:?}", request.dataset)))?;
-        self.authorised().await?;
+        match self.authorised().await {
+            Err(Stop::Revoked) => return Err(Stop::Failed { failure: Failure::IMPORT_REVOKED, detail: "the actor may no longer import".into() }),
+            other => other?,
+        }
         let plan = match crate::imports::stored::plan_of(job).map_err(Stop::internal)? {
             Some(plan) => plan,
             None => {
