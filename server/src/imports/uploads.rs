@@ -35,7 +35,7 @@ pub enum UploadOutcome {
 
 /// Whether `id` has the shape of an upload id.
 pub fn is_upload_id(id: &str) -> bool {
-    id.strip_prefix(UPLOAD_ID_PREFIX).is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    crate::job_store::kind::is_prefixed_id(id, UPLOAD_ID_PREFIX)
 }
 
 /// The first rule of an upload or an import (SPEC §10): only an admin.

@@ -44,10 +44,7 @@ impl JobKind {
 
     /// The kind whose id this is, if the id is well formed: a prefix and 32 lower-case hex digits.
     pub fn of_id(id: &str) -> Option<JobKind> {
-        JobKind::ALL.into_iter().find(|k| {
-            id.strip_prefix(k.id_prefix())
-                .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-        })
+        JobKind::ALL.into_iter().find(|k| is_prefixed_id(id, k.id_prefix()))
     }
 
     /// The root folder of its published files in a deployment's store.
@@ -57,6 +54,12 @@ impl JobKind {
             JobKind::Import => "imports",
         }
     }
+}
+
+/// Whether `id` is `prefix` and 32 lower-case hex digits (a UUID in its simple form): the shape
+/// of every id exportd gives out (`exp_`, `imp_`, `upl_`).
+pub fn is_prefixed_id(id: &str, prefix: &str) -> bool {
+    id.strip_prefix(prefix).is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
 
 #[cfg(test)]
