@@ -10,6 +10,7 @@
 //! job's artifact.
 
 use super::attempt::{begin, end, Stop};
+use super::duplicate_keys::KeyRuns;
 use crate::entities::{customers, jobs, orders};
 use crate::imports::datasets::{read_cell, CellKind, ColumnRule, Dataset, Header, Problem, Value};
 use crate::imports::stored::{request_of, resolved_of, Mark, Plan, ReportFile};
@@ -255,31 +256,34 @@ impl Attempt<'_> {
         Ok(Rows { rx: self.read()?, header: None, dataset })
     }
 
-    /// The keys the file carries more than once (as 64-bit digests of the key).
+    /// The keys the file carries more than once (as 64-bit digests of the key), found in sorted
+    /// runs on disk, so the memory it takes does not grow with the file.
     async fn duplicated_keys(&self, dataset: Dataset) -> Result<Result<HashSet<u64>, Problem>, Stop> {
-        let mut seen: HashMap<u64, bool> = HashMap::new();
+        let mut runs = KeyRuns::default();
         let mut reader = self.rows(dataset)?;
         loop {
             match reader.next().await? {
                 Next::Rows(rows) => {
                     for row in rows {
                         if let Some(key) = row.key() {
-                            seen.entry(digest64(&key)).and_modify(|twice| *twice = true).or_insert(false);
+                            runs.push(digest64(&key)).map_err(Stop::internal)?;
                         }
                     }
                     self.checkpoint()?;
                 }
-                Next::End => return Ok(Ok(seen.into_iter().filter_map(|(k, twice)| twice.then_some(k)).collect())),
+                Next::End => break,
                 Next::Invalid(p) => return Ok(Err(p)),
             }
         }
+        let merged = tokio::task::spawn_blocking(move || runs.duplicated()).await.map_err(Stop::internal)?;
+        Ok(Ok(merged.map_err(Stop::internal)?))
     }
 
-    /// Marks every error of `rows` that needs the file as a whole or the database.
-    /// With `references`, also the references the database must hold (orders' customers): the
-    /// validating phase checks them; the applying phase meets them as refusals instead, so a
-    /// row keeps the verdict its validation gave it.
-    async fn refine(&self, dataset: Dataset, rows: &mut [Row], duplicated: &HashSet<u64>, references: bool) -> Result<(), Stop> {
+    /// Marks every error of `rows` that needs the file as a whole or the database: a duplicated
+    /// key, and the references the database must hold (orders' customers). Only the validating
+    /// phase checks them; the applying phase meets a reference gone since as a refusal, so a row
+    /// keeps the verdict its validation gave it.
+    async fn refine(&self, dataset: Dataset, rows: &mut [Row], duplicated: &HashSet<u64>) -> Result<(), Stop> {
         for row in rows.iter_mut() {
             if let Some(key) = row.key() {
                 if duplicated.contains(&digest64(&key)) {
@@ -288,7 +292,7 @@ impl Attempt<'_> {
                 }
             }
         }
-        if references && dataset == Dataset::Orders {
+        if dataset == Dataset::Orders {
             let wanted: Vec<String> = rows.iter().filter_map(|r| r.text("customer_email").map(migrations::email_key)).collect();
             let known = customer_ids(&self.ctx.db, &self.job.tenant_id, &wanted).await.map_err(Stop::internal)?;
             for row in rows.iter_mut() {
@@ -318,7 +322,7 @@ impl Attempt<'_> {
                 Next::End => break,
                 Next::Invalid(p) => return self.invalid_file(p).await,
             };
-            self.refine(dataset, &mut rows, &duplicated, true).await?;
+            self.refine(dataset, &mut rows, &duplicated).await?;
             for row in &rows {
                 rows_n += 1;
                 if !row.problems.is_empty() {
@@ -364,10 +368,8 @@ impl Attempt<'_> {
 
     /// The applying phase: the valid records after the last committed batch, in batches.
     async fn apply(&self, dataset: Dataset, mode: ImportMode, on_error: OnError, plan: &Plan) -> Result<BatchPayload, Stop> {
-        let duplicated = match self.duplicated_keys(dataset).await? {
-            Ok(d) => d,
-            Err(p) => return Err(Stop::invalid_data(p.message)),
-        };
+        // The rows the validation found invalid (a duplicated key among them) are those its
+        // report names: the file is not searched for duplicates again.
         let invalid_lines = self.invalid_lines(plan).await?;
         let start = self.last_payload().await?;
         let seq0 = self.job.checkpoint_seq;
@@ -375,12 +377,11 @@ impl Attempt<'_> {
         let batch_rows = self.ctx.config.import_batch_rows as usize;
         let mut reader = self.rows(dataset)?;
         loop {
-            let mut rows = match reader.next().await? {
+            let rows = match reader.next().await? {
                 Next::Rows(rows) => rows,
                 Next::End => break,
                 Next::Invalid(p) => return Err(Stop::invalid_data(p.message)),
             };
-            self.refine(dataset, &mut rows, &duplicated, false).await?;
             for mut row in rows {
                 if row.record.number <= state.last.mark.last_record {
                     continue;
@@ -432,6 +433,12 @@ impl Attempt<'_> {
         let Some(last_record) = rows.last().map(|r| r.record.number) else { return Ok(()) };
         let seq = state.seq + 1;
         let txn = begin_write(&self.ctx.db).await.map_err(Stop::internal)?;
+        if txn.get_database_backend() == sea_orm::DbBackend::Postgres {
+            // The batch's lookup by key is a prepared statement. A generic plan made while the
+            // table was small scans it whole, and the import keeps it growing: every batch then
+            // took seconds more than the last. A plan made for each batch uses the key's index.
+            txn.execute_unprepared("SET LOCAL plan_cache_mode = force_custom_plan").await.map_err(Stop::internal)?;
+        }
         let opened = if mode == ImportMode::Apply {
             match checkpoints::open_step(&txn, self.job, seq, last_record, Some(Authority::Import.condition())).await.map_err(Stop::internal)? {
                 Some(row) => Some(row),
@@ -503,6 +510,10 @@ impl Attempt<'_> {
         let mut by_line: HashMap<i64, Vec<&RowError>> = HashMap::new();
         for e in refused {
             by_line.entry(e.line).or_default().push(e);
+        }
+        // A file with nothing to report has a report of its header alone: it is not read again.
+        if validation.is_empty() && by_line.is_empty() && applied_through.is_none() {
+            return report.finish(self.store, &self.job.tenant_id, &self.job.id, &staging).await.map_err(Stop::storage);
         }
         let mut reader = self.rows(dataset)?;
         loop {

@@ -5,6 +5,7 @@
 //! same for every kind.
 
 mod attempt;
+mod duplicate_keys;
 pub mod export_csv;
 pub mod export_parts;
 pub mod import_csv;
