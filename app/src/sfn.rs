@@ -3,7 +3,7 @@
 //! the REST API; an error is the same RFC 9457 [`Problem`], with its HTTP status, so the page
 //! matches on `code`.
 
-use crate::model::{ExportList, ExportRequest, ExportView, Problem};
+use crate::model::{ExportList, ExportRequest, ExportView, ImportRequest, ImportView, Problem};
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 use leptos::server_fn::{Bytes, ContentType, Decodes, Encodes, Format, FormatType};
@@ -72,7 +72,7 @@ impl FromServerFnError for Problem {
 /// state, so the server implements this over its export service and provides it as context.
 #[cfg(feature = "ssr")]
 pub mod backend {
-    use crate::model::{ExportList, ExportRequest, ExportView, Problem};
+    use crate::model::{ExportList, ExportRequest, ExportView, ImportRequest, ImportView, Problem};
     use axum::http::request::Parts;
     use std::future::Future;
     use std::pin::Pin;
@@ -93,6 +93,14 @@ pub mod backend {
         fn cancel_export(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ExportView, Problem>>;
         /// A fresh download link of the caller's ready export: its file or bundle, or part `part`.
         fn download_link(&self, parts: Parts, id: String, part: Option<i32>) -> BoxFuture<'_, Result<String, Problem>>;
+        /// Creates the import, or replays the one bound to the key.
+        fn create_import(&self, parts: Parts, key: String, request: ImportRequest) -> BoxFuture<'_, Result<ImportView, Problem>>;
+        /// The caller's import.
+        fn import_status(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ImportView, Problem>>;
+        /// Cancels the caller's import.
+        fn cancel_import(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ImportView, Problem>>;
+        /// A fresh link to the report of the caller's finished import.
+        fn report_link(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<String, Problem>>;
     }
 
     /// The backend as context.
@@ -153,4 +161,32 @@ pub async fn cancel_export(id: String) -> Result<ExportView, Problem> {
 pub async fn download_link(id: String, part: Option<i32>) -> Result<String, Problem> {
     let (backend, parts) = backend::current()?;
     backend.0.download_link(parts, id, part).await
+}
+
+/// Creates an import under `key`, or answers with the operation the key is bound to.
+#[server(prefix = "/sfn", endpoint = "create_import", input = Json, output = Json)]
+pub async fn create_import(key: String, request: ImportRequest) -> Result<ImportView, Problem> {
+    let (backend, parts) = backend::current()?;
+    backend.0.create_import(parts, key, request).await
+}
+
+/// The caller's import `id` as it is now.
+#[server(prefix = "/sfn", endpoint = "import_status", input = Json, output = Json)]
+pub async fn import_status(id: String) -> Result<ImportView, Problem> {
+    let (backend, parts) = backend::current()?;
+    backend.0.import_status(parts, id).await
+}
+
+/// Cancels the caller's import `id`.
+#[server(prefix = "/sfn", endpoint = "cancel_import", input = Json, output = Json)]
+pub async fn cancel_import(id: String) -> Result<ImportView, Problem> {
+    let (backend, parts) = backend::current()?;
+    backend.0.cancel_import(parts, id).await
+}
+
+/// A freshly minted link to the report of the caller's finished import `id`.
+#[server(prefix = "/sfn", endpoint = "report_link", input = Json, output = Json)]
+pub async fn report_link(id: String) -> Result<String, Problem> {
+    let (backend, parts) = backend::current()?;
+    backend.0.report_link(parts, id).await
 }

@@ -6,9 +6,11 @@ use crate::auth::Actor;
 use crate::error::AppError;
 use crate::exports::key::IdempotencyKey;
 use crate::exports::service::{self, CancelOutcome, CreateOutcome};
+use crate::imports::service as imports;
+use crate::imports::uploads::ensure_may_import;
 use crate::server::AppState;
 use app::sfn::backend::{BoxFuture, PageBackend};
-use app::{ExportList, ExportRequest, ExportView, Problem};
+use app::{ExportList, ExportRequest, ExportView, ImportRequest, ImportView, Problem};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use std::future::Future;
@@ -62,6 +64,33 @@ impl PageBackend for PageFunctions {
     fn download_link(&self, parts: Parts, id: String, part: Option<i32>) -> BoxFuture<'_, Result<String, Problem>> {
         let served = part.map_or(service::Served::Artifact, service::Served::Part);
         self.as_actor(parts, move |state, actor| async move { service::download_link(state, &actor, &id, served).await })
+    }
+
+    fn create_import(&self, parts: Parts, key: String, request: ImportRequest) -> BoxFuture<'_, Result<ImportView, Problem>> {
+        self.as_actor(parts, move |state, actor| async move {
+            ensure_may_import(&actor)?;
+            let key = IdempotencyKey::from_header_values(std::iter::once(key.as_bytes()))?;
+            let request = serde_json::to_value(&request).map_err(|e| AppError::Internal(format!("request serialisation: {e}")))?;
+            match imports::create_import(state, &actor, &key, request).await? {
+                imports::CreateOutcome::Created(view) | imports::CreateOutcome::Replayed(view) => Ok(view),
+            }
+        })
+    }
+
+    fn import_status(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ImportView, Problem>> {
+        self.as_actor(parts, move |state, actor| async move { imports::get_import(state, &actor, &id).await })
+    }
+
+    fn cancel_import(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ImportView, Problem>> {
+        self.as_actor(parts, move |state, actor| async move {
+            match imports::cancel_import(state, &actor, &id).await? {
+                imports::CancelOutcome::Cancelled(view) | imports::CancelOutcome::Requested(view) => Ok(view),
+            }
+        })
+    }
+
+    fn report_link(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<String, Problem>> {
+        self.as_actor(parts, move |state, actor| async move { imports::report_download(state, &actor, &id).await })
     }
 }
 
