@@ -14,7 +14,10 @@ psql "$admin" -q -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS exportd_e2e WITH
 # Each chunk of rows waits a moment (a fault point of the test build), so an export of the whole
 # range is running for a few seconds: long enough to reload, cancel or revoke during it.
 # A large export (checkpointed) is cut into parts of 5,000 rows, so the whole range has several.
-export DATABASE_URL="$db_url" EXPORTD_STORE="file://$run/objects" EXPORTD_LOG=warn FAILPOINTS="each_chunk=sleep(700)" EXPORTD_PART_ROWS=5000
+# An import goes in batches of 100 rows, each after a moment, so an apply of a few thousand rows
+# runs for seconds too.
+export DATABASE_URL="$db_url" EXPORTD_STORE="file://$run/objects" EXPORTD_LOG=warn EXPORTD_PART_ROWS=5000 \
+  FAILPOINTS="each_chunk=sleep(700);import_before_batch=sleep(200)" EXPORTD_IMPORT_BATCH_ROWS=100
 cd "$root"
 "$exe" seed --demo --orders 20000
 exec "$exe" serve --bind "127.0.0.1:$port"

@@ -19,7 +19,7 @@ need pgbench postgresql-contrib
 need psql postgresql-client
 
 export TEST_DATABASE_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
-cargo leptos build --release
+cargo leptos build --release --split
 exec python3 "$root/scripts/bench.py" \
   --exe "$CARGO_TARGET_DIR/release/exportd" \
   --site "$root/target/site" \

@@ -7,13 +7,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$root"
 # What a user gets: a release build whose static files are precompressed (brotli and gzip).
 # `scripts/run.sh --dev` builds the debug binary instead: faster to build from scratch and shared
-# with the test command, but its wasm is about 9 MB.
+# with the test command, but its wasm is about 9 MB. Every build splits the import section into a
+# wasm file of its own (`--split`), loaded only for users who may import.
 if [[ "${1:-}" == "--dev" ]]; then
   shift
-  cargo leptos build
+  cargo leptos build --split
   exe="$CARGO_TARGET_DIR/debug/exportd"
 else
-  cargo leptos build --release --precompress
+  cargo leptos build --release --precompress --split
   exe="$CARGO_TARGET_DIR/release/exportd"
 fi
 "$exe" seed --demo

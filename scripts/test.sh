@@ -23,5 +23,7 @@ fi
 cargo test --locked --no-fail-fast -p app -p migrations -p server --features server/failpoints
 
 # The browser tests slow the worker down with a fault point, so the binary they run has them.
-cargo leptos build --bin-features failpoints
+# `--split` puts the import section (`#[lazy]`) in a wasm file of its own, as every build must:
+# a build without it leaves the page's glue importing a module that does not exist.
+cargo leptos build --split --bin-features failpoints
 (cd end2end && npx playwright test)

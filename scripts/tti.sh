@@ -9,7 +9,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$root/scripts/setup.sh" --browser
 cd "$root"
-cargo leptos build --release --precompress
+cargo leptos build --release --precompress --split
 exe="$CARGO_TARGET_DIR/release/exportd"
 scratch=$(mktemp -d)
 port=${TTI_PORT:-3200}
@@ -22,6 +22,6 @@ for _ in $(seq 1 100); do
   curl -fs "http://127.0.0.1:$port/healthz" >/dev/null && break
   sleep 0.1
 done
-wasm=$(ls target/site/pkg/*.wasm)
+wasm=$(ls target/site/pkg/exportd*.wasm)
 echo "release wasm $(basename "$wasm"): $(stat -c %s "$wasm") bytes raw, $(gzip -9c "$wasm" | wc -c) gzip -9, $(stat -c %s "$wasm.br") brotli (what a browser sending Accept-Encoding: br receives: $(curl -s -H 'Accept-Encoding: br' "http://127.0.0.1:$port/pkg/$(basename "$wasm")" | wc -c) bytes)"
 node end2end/perf/tti.mjs "http://127.0.0.1:$port" "${1:-3}"

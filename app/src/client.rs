@@ -1,4 +1,4 @@
-//! The browser side of an export (SPEC §7): one key per intent, stored before the first send and
+//! The browser side of exports and imports (SPEC §7, §10): one key per intent, stored before the first send and
 //! reused on every retry; the operation id stored as soon as it is known; polling until the
 //! operation settles; resuming after a reload, after signing in, or from another tab.
 //!
@@ -21,14 +21,13 @@ use std::collections::BTreeMap;
 use wasm_bindgen::{closure::Closure, JsCast, JsValue};
 
 thread_local! {
-    static DRIVES: Drives = Drives::default();
     static CHANNEL: Option<web_sys::BroadcastChannel> = web_sys::BroadcastChannel::new("exportd.intent").ok();
 }
 
 /// localStorage as the intent store.
 struct Local;
 
-fn local_storage() -> Option<web_sys::Storage> {
+pub(crate) fn local_storage() -> Option<web_sys::Storage> {
     web_sys::window()?.local_storage().ok()?
 }
 
@@ -161,18 +160,18 @@ async fn take_lock(name: &str) -> Option<HeldLock> {
     }
 }
 
-fn is_current(d: Drive) -> bool {
-    DRIVES.with(|drives| drives.is_current(d))
+fn is_current<L: Lane>(lane: L, d: Drive) -> bool {
+    lane.tab().with(|t| t.drives.is_current(d))
 }
 
-async fn store_if_owned(d: Drive, slot: &str, intent: &Intent) -> bool {
+async fn store_if_owned<L: Lane>(lane: L, d: Drive, slot: &str, intent: &Intent) -> bool {
     let _held = lock_slot(slot).await;
-    DRIVES.with(|drives| intent::store_if_owned(&Local, drives, d, slot, intent))
+    lane.tab().with(|t| intent::store_if_owned(&Local, &t.drives, d, slot, intent))
 }
 
-async fn remove_if_owned(d: Drive, slot: &str, intent: &Intent) -> bool {
+async fn remove_if_owned<L: Lane>(lane: L, d: Drive, slot: &str, intent: &Intent) -> bool {
     let _held = lock_slot(slot).await;
-    DRIVES.with(|drives| intent::remove_if_owned(&Local, drives, d, slot, intent))
+    lane.tab().with(|t| intent::remove_if_owned(&Local, &t.drives, d, slot, intent))
 }
 
 /// How long one call may take before it counts as lost and is tried again with the same key.
@@ -191,7 +190,7 @@ fn backoff_ms(n: u32) -> u32 {
 }
 
 /// Runs a server function call, or a network problem when it takes longer than the timeout.
-async fn timed<T>(call: impl std::future::Future<Output = Result<T, Problem>> + 'static) -> Result<T, Problem> {
+pub(crate) async fn timed<T>(call: impl std::future::Future<Output = Result<T, Problem>> + 'static) -> Result<T, Problem> {
     // Boxed as a trait object, so the wasm has one timeout per answer type, not one per call.
     let call: std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Problem>>>> = Box::pin(call);
     match first(call, TimeoutFuture::new(CALL_TIMEOUT_MS)).await {
@@ -286,10 +285,10 @@ fn now_ms() -> f64 {
     js_sys::Date::now()
 }
 
-/// The signed-in user's intent slot.
-fn slot(s: PageSignals) -> Option<String> {
+/// The signed-in user's intent slot of `lane`.
+pub(crate) fn slot(s: PageSignals, lane: &str) -> Option<String> {
     match s.session.get_untracked() {
-        SessionState::SignedIn(v) => Some(intent::slot_of(&v.tenant, &v.email)),
+        SessionState::SignedIn(v) => Some(intent::slot_of(lane, &v.tenant, &v.email)),
         _ => None,
     }
 }
@@ -356,12 +355,14 @@ pub fn remember_locale(tag: &str) {
 /// who is signed in and resumes a stored intent.
 pub fn start(s: PageSignals) {
     s.form.timezone.set(browser_timezone());
+    // A change of a slot in another tab: each lane follows its own slot.
     let on_change = move |changed: Option<String>| {
-        let Some(mine) = slot(s) else { return };
-        if changed.is_some_and(|c| c != mine) {
-            return;
+        if changed.is_none() || changed == Exports(s).slot() {
+            follow_stored(Exports(s));
         }
-        follow_stored(s, &mine);
+        if let Some(follow) = OTHER_LANE.with(|l| l.borrow().clone()) {
+            follow(changed);
+        }
     };
     let _ = window_event_listener(leptos::ev::storage, move |ev| on_change(ev.key()));
     CHANNEL.with(|c| {
@@ -396,14 +397,15 @@ fn embedded_session() -> Option<Option<SessionView>> {
     serde_json::from_slice(element.text_content()?.as_bytes()).ok()
 }
 
-/// Another tab changed this user's intent: show the operation it drives, unless this tab
-/// drives that very intent already (both would then be answered with the same operation).
-fn follow_stored(s: PageSignals, slot: &str) {
-    let Some(stored) = Local.load(slot) else { return };
-    if DRIVEN_KEY.with(|k| k.borrow().as_deref() == Some(stored.key.as_str())) {
-        return;
-    }
-    spawn_local(drive(s, slot.to_owned(), stored, None));
+thread_local! {
+    /// How the lane the page loads later (imports) follows a change of a slot in another tab.
+    static OTHER_LANE: std::cell::RefCell<Option<std::rc::Rc<dyn Fn(Option<String>)>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Lets a lane loaded after the page follow the changes other tabs make to its slot, until
+/// `None` is given.
+pub(crate) fn follow_other_tabs(follow: Option<std::rc::Rc<dyn Fn(Option<String>)>>) {
+    OTHER_LANE.with(|l| *l.borrow_mut() = follow);
 }
 
 async fn refresh_session(s: PageSignals) {
@@ -422,8 +424,7 @@ async fn refresh_session(s: PageSignals) {
 
 /// Shows the signed-in user's page: the list, and the stored intent resumed.
 async fn signed_in(s: PageSignals, who: SessionView) {
-    let slot = intent::slot_of(&who.tenant, &who.email);
-    let stored = Local.load(&slot);
+    let stored = Local.load(&intent::slot_of("intent", &who.tenant, &who.email));
     // The form appears already showing that an operation is being looked up, so Export is never
     // enabled before its state is known.
     if let Some(stored) = &stored {
@@ -431,8 +432,8 @@ async fn signed_in(s: PageSignals, who: SessionView) {
     }
     s.session.set(SessionState::SignedIn(who));
     load_recent(s, false);
-    if let Some(stored) = stored {
-        drive(s, slot, stored, None).await;
+    if stored.is_some() {
+        resume(Exports(s)).await;
     }
 }
 
@@ -456,7 +457,7 @@ pub fn login(s: PageSignals, email: String, password: String) {
 pub fn logout(s: PageSignals) {
     spawn_local(async move {
         let _ = call_api("DELETE", "/api/session", None).await;
-        DRIVES.with(|d| d.stop_all());
+        stop_all(Exports(s));
         // Nothing of this user stays on screen for the next one: the state, the list, the
         // notice and the form's errors.
         s.state.set(ExportState::Idle);
@@ -511,6 +512,79 @@ fn request_of_form(s: PageSignals) -> ExportRequest {
     request
 }
 
+/// This tab's drives of one lane's intents, and the key of the intent its current drive follows.
+#[derive(Default)]
+pub(crate) struct LaneTab {
+    drives: Drives,
+    driven: std::cell::RefCell<Option<String>>,
+}
+
+/// A boxed call of a lane.
+pub(crate) type Call<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Problem>>>>;
+
+/// One kind of operation the page starts from a stored intent and follows until it settles:
+/// exports (SPEC §7) and imports (SPEC §10, "the same intent rules"). The intent's rules — one
+/// key per intent, stored before the first send and reused on every try, the Web Locks, bounded
+/// tries with "Try again" and "Discard", resuming after a reload or from another tab — are
+/// written once, in the functions below; a lane says how its operation is created, read, shown
+/// and cancelled.
+pub(crate) trait Lane: Copy + 'static {
+    /// What the server answers for the operation.
+    type View: serde::de::DeserializeOwned + 'static;
+    /// The path of the server function that creates it.
+    const CREATE: &'static str;
+    /// The problem code of an operation that is not the caller's.
+    const NOT_FOUND: &'static str;
+    /// This tab's drives of the lane.
+    fn tab(self) -> &'static std::thread::LocalKey<LaneTab>;
+    /// The page's signals (who is signed in).
+    fn page(self) -> PageSignals;
+    /// The signed-in user's intent slot of the lane.
+    fn slot(self) -> Option<String>;
+    /// Why the lane stopped trying, until the user chooses.
+    fn trouble(self) -> RwSignal<Option<Trouble>>;
+    /// The lane's message for the user.
+    fn notice(self) -> RwSignal<Option<Notice>>;
+    /// The operation as it is now.
+    fn status(self, id: String) -> Call<Self::View>;
+    /// Asks for the operation to be cancelled.
+    fn cancel_call(self, id: String) -> Call<Self::View>;
+    /// The operation's id.
+    fn id(view: &Self::View) -> &str;
+    /// Whether the operation changes no more.
+    fn is_terminal(view: &Self::View) -> bool;
+    /// The id of the operation shown, if any.
+    fn shown_id(self) -> Option<String>;
+    /// Shows the operation.
+    fn show(self, view: &Self::View);
+    /// Shows the click taken (`Submitting`), or a stored operation being looked up (`Resuming`).
+    fn pending(self, resuming: bool);
+    /// Shows nothing in flight.
+    fn idle(self);
+    /// Whether the shown state lets a new intent start.
+    fn is_settled(self) -> bool;
+    /// Shows a create the server refused (its field errors too).
+    fn rejected(self, p: &Problem);
+    /// The operation settled, or was forgotten: lists refresh.
+    fn settled(self);
+}
+
+/// The read-decide-write of a click: follows the stored intent while it is unsettled, or stores a
+/// new one for `request` (a new key). Run under the slot's lock, so two tabs clicking at once
+/// make one intent.
+fn decide(slot: &str, stored: Option<Intent>, request: Option<Box<serde_json::value::RawValue>>, another_tab_drives_unseen: bool) -> Decision {
+    if let Some(stored) = stored.filter(|i| !i.settled) {
+        return Decision::Follow(stored);
+    }
+    if another_tab_drives_unseen {
+        return Decision::Wait;
+    }
+    match request.map(|request| Intent { key: new_key(), request, id: None, settled: false }) {
+        Some(intent) if Local.store(slot, &intent) => Decision::Start(intent),
+        _ => Decision::CannotStore,
+    }
+}
+
 /// What a click decided, under the slot's lock.
 enum Decision {
     /// An unsettled intent is stored (this tab's or another's): follow it, start nothing.
@@ -519,42 +593,21 @@ enum Decision {
     Wait,
     /// A new intent was stored: send it.
     Start(Intent),
-    /// The browser refused to store a new intent: nothing is sent.
+    /// The browser refused to store a new intent (or the request could not be written): nothing
+    /// is sent.
     CannotStore,
 }
 
-/// The request of a new intent: the form's, or a failed intent's again (as the same JSON text).
-enum NewRequest {
-    Form(ExportRequest),
-    Again(Box<serde_json::value::RawValue>),
-}
-
-/// The read-decide-write of a click: follows the stored intent while it is unsettled, or stores a
-/// new one for `request` (a new key). Run under the slot's lock, so two tabs clicking at once
-/// make one intent.
-fn decide(slot: &str, stored: Option<Intent>, request: NewRequest, another_tab_drives_unseen: bool) -> Decision {
-    if let Some(stored) = stored.filter(|i| !i.settled) {
-        return Decision::Follow(stored);
+/// A click that asks for a new operation of `request` (as the JSON text sent on every try).
+/// The lane shows `submitting` on the click itself; a click while an operation is unsettled, in
+/// this tab or in another (the stored intent), starts nothing new and follows that one.
+pub(crate) fn click<L: Lane>(lane: L, request: Option<Box<serde_json::value::RawValue>>) {
+    let Some(slot) = lane.slot() else { return };
+    if !lane.is_settled() || lane.trouble().get_untracked().is_some() {
+        return;
     }
-    if another_tab_drives_unseen {
-        return Decision::Wait;
-    }
-    let intent = match request {
-        NewRequest::Form(request) => Intent::new(new_key(), &request),
-        NewRequest::Again(request) => Some(Intent { key: new_key(), request, id: None, settled: false }),
-    };
-    match intent {
-        Some(intent) if Local.store(slot, &intent) => Decision::Start(intent),
-        _ => Decision::CannotStore,
-    }
-}
-
-/// Shows the click at once (`submitting`), then decides under the lock and drives what it decided.
-fn click(s: PageSignals, slot: String, request: NewRequest) {
-    s.state.set(ExportState::Submitting);
-    s.notice.set(None);
-    s.trouble.set(None);
-    s.form.errors.set(Vec::new());
+    lane.pending(false);
+    lane.notice().set(None);
     spawn_local(async move {
         let held = lock_slot(&slot).await;
         let stored = Local.load(&slot);
@@ -570,70 +623,48 @@ fn click(s: PageSignals, slot: String, request: NewRequest) {
         match decision {
             Decision::Follow(stored) => {
                 if stored.id.is_some() {
-                    s.state.set(ExportState::Resuming);
+                    lane.pending(true);
                 }
-                drive(s, slot, stored, None).await
+                drive(lane, slot, stored, None).await
             }
             Decision::Wait => {
                 // The other tab's intent shows here within moments (the storage event or its
                 // message starts a drive, which supersedes this one); if it does not, the user
                 // chooses.
-                let d = DRIVES.with(|drives| drives.start());
+                let d = lane.tab().with(|t| t.drives.start());
                 TimeoutFuture::new(LOCK_WAIT_MS).await;
-                if is_current(d) {
-                    s.trouble.set(Some(Trouble::OtherTab));
+                if is_current(lane, d) {
+                    lane.trouble().set(Some(Trouble::OtherTab));
                 }
             }
-            Decision::Start(intent) => {
-                s.op_id.set(None);
-                drive(s, slot, intent, driving).await
-            }
+            Decision::Start(intent) => drive(lane, slot, intent, driving).await,
             Decision::CannotStore => {
-                s.notice.set(Some(Notice::CannotStore));
-                s.state.set(ExportState::Idle);
+                lane.notice().set(Some(Notice::CannotStore));
+                lane.idle();
             }
         }
     });
 }
 
-/// The Export click. The state turns `submitting` on the click itself; a click while an
-/// operation is unsettled, in this tab or in another (the stored intent), starts nothing new.
-pub fn export(s: PageSignals) {
-    let Some(slot) = slot(s) else { return };
-    if !s.state.get_untracked().is_settled() || s.trouble.get_untracked().is_some() {
-        return;
-    }
-    click(s, slot, NewRequest::Form(request_of_form(s)));
-}
-
-/// "Retry export": a new intent (a new key) for the same request, only after a terminal failure
-/// that allows it; when another tab has already started one, this tab follows that one instead.
-pub fn retry(s: PageSignals) {
-    let Some(slot) = slot(s) else { return };
-    if !s.state.get_untracked().offers_retry() {
-        return;
-    }
-    let request = Local.load(&slot).map_or_else(|| NewRequest::Form(request_of_form(s)), |i| NewRequest::Again(i.request));
-    click(s, slot, request);
-}
-
 /// "Try again" after a trouble: the stored intent, with its key, is driven again.
-pub fn try_again(s: PageSignals) {
-    let Some(slot) = slot(s) else { return };
-    s.trouble.set(None);
+pub(crate) fn try_again<L: Lane>(lane: L) {
+    let Some(slot) = lane.slot() else { return };
+    lane.trouble().set(None);
     match Local.load(&slot).filter(|i| !i.settled) {
-        Some(stored) => spawn_local(drive(s, slot, stored, None)),
-        None => s.state.set(ExportState::Idle),
+        Some(stored) => spawn_local(drive(lane, slot, stored, None)),
+        None => lane.idle(),
     }
 }
 
 /// "Discard" after a trouble: the page stops following the intent and forgets it, so the next
 /// click makes a new intent with a new key; the discarded key is never sent again for another
-/// request. An operation it had started stays in the recent list.
-pub fn discard(s: PageSignals) {
-    let Some(slot) = slot(s) else { return };
-    let key = DRIVEN_KEY.with(|k| k.borrow_mut().take());
-    DRIVES.with(|d| d.stop_all());
+/// request. An operation it had started stays in the lists.
+pub(crate) fn discard<L: Lane>(lane: L) {
+    let Some(slot) = lane.slot() else { return };
+    let key = lane.tab().with(|t| {
+        t.drives.stop_all();
+        t.driven.borrow_mut().take()
+    });
     spawn_local(async move {
         let held = lock_slot(&slot).await;
         if Local.load(&slot).is_some_and(|i| Some(&i.key) == key.as_ref()) {
@@ -642,71 +673,71 @@ pub fn discard(s: PageSignals) {
         drop(held);
         // The page says idle only once the intent is gone, so a reload right after cannot
         // resume what was discarded.
-        s.trouble.set(None);
-        s.op_id.set(None);
-        s.state.set(ExportState::Idle);
-        load_recent(s, false);
+        lane.trouble().set(None);
+        lane.idle();
+        lane.settled();
     });
 }
 
-/// Shows `view` as the current operation, if `d` is still the current drive.
-fn show(s: PageSignals, d: Drive, view: &ExportView) {
-    if !is_current(d) {
+/// Another tab changed this user's intent of the lane: show the operation it drives, unless
+/// this tab drives that very intent already (both would then be answered with the same
+/// operation).
+pub(crate) fn follow_stored<L: Lane>(lane: L) {
+    let Some(slot) = lane.slot() else { return };
+    let Some(stored) = Local.load(&slot) else { return };
+    if lane.tab().with(|t| t.driven.borrow().as_deref() == Some(stored.key.as_str())) {
         return;
     }
-    let state = ExportState::from_view(view);
-    if let ExportState::Running { rows_written, .. } = state {
-        let (at, rows) = (now_ms(), rows_written);
-        let rate = RATE.with(|r| {
-            let prev = r.replace(Some((view.id.clone(), at, rows)));
-            prev.filter(|(id, t, _)| *id == view.id && at > *t).map(|(_, t, before)| ((rows - before).max(0) as f64 / ((at - t) / 1000.0)).round() as i64)
-        });
-        if rate.is_some() {
-            s.rows_per_sec.set(rate);
-        }
-    } else {
-        s.rows_per_sec.set(None);
-    }
-    s.op_id.set(Some(view.id.clone()));
-    s.state.set(state);
+    spawn_local(drive(lane, slot, stored, None));
 }
 
-thread_local! {
-    static RATE: std::cell::RefCell<Option<(String, f64, i64)>> = const { std::cell::RefCell::new(None) };
-    /// The key of the intent this tab's current drive follows.
-    static DRIVEN_KEY: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+/// Resumes the stored intent of the lane after a sign-in or a reload, if there is one.
+pub(crate) async fn resume<L: Lane>(lane: L) {
+    let Some(slot) = lane.slot() else { return };
+    if let Some(stored) = Local.load(&slot) {
+        drive(lane, slot, stored, None).await;
+    }
+}
+
+/// Stops every drive of the lane (sign-out).
+pub(crate) fn stop_all<L: Lane>(lane: L) {
+    lane.tab().with(|t| t.drives.stop_all());
 }
 
 /// Sends the intent if it has no operation yet, then follows the operation until it settles or
 /// the drive stops. `_driving` is the driving lock of an intent this tab made, held until the
 /// drive ends.
-async fn drive(s: PageSignals, slot: String, mut intent: Intent, _driving: Option<HeldLock>) {
-    let d = DRIVES.with(|drives| drives.start());
-    DRIVEN_KEY.with(|k| *k.borrow_mut() = Some(intent.key.clone()));
-    s.trouble.set(None);
+async fn drive<L: Lane>(lane: L, slot: String, mut intent: Intent, _driving: Option<HeldLock>) {
+    let d = lane.tab().with(|t| {
+        *t.driven.borrow_mut() = Some(intent.key.clone());
+        t.drives.start()
+    });
+    lane.trouble().set(None);
     let id = match intent.id.clone() {
         Some(id) => {
             if !intent.settled {
-                s.state.set(ExportState::Resuming);
+                lane.pending(true);
             }
             id
         }
         None => {
-            s.state.set(ExportState::Submitting);
-            match submit(&intent, d).await {
+            lane.pending(false);
+            match submit(lane, &intent, d).await {
                 Ok(view) => {
-                    intent.id = Some(view.id.clone());
-                    intent.settled = view.status.is_terminal();
-                    store_if_owned(d, &slot, &intent).await;
-                    show(s, d, &view);
-                    view.id
+                    intent.id = Some(L::id(&view).to_owned());
+                    intent.settled = L::is_terminal(&view);
+                    store_if_owned(lane, d, &slot, &intent).await;
+                    if is_current(lane, d) {
+                        lane.show(&view);
+                    }
+                    L::id(&view).to_owned()
                 }
-                Err(stop) => return stopped(s, d, &slot, &intent, stop).await,
+                Err(stop) => return stopped(lane, d, &slot, &intent, stop).await,
             }
         }
     };
-    if let Err(stop) = poll(s, &slot, &mut intent, &id, d).await {
-        stopped(s, d, &slot, &intent, stop).await;
+    if let Err(stop) = poll(lane, &slot, &mut intent, &id, d).await {
+        stopped(lane, d, &slot, &intent, stop).await;
     }
 }
 
@@ -726,45 +757,43 @@ enum Stop {
 }
 
 /// Shows why drive `d` stopped, if it is still the current one.
-async fn stopped(s: PageSignals, d: Drive, slot: &str, intent: &Intent, stop: Stop) {
-    if !is_current(d) {
+async fn stopped<L: Lane>(lane: L, d: Drive, slot: &str, intent: &Intent, stop: Stop) {
+    if !is_current(lane, d) {
         return;
     }
     match stop {
         Stop::Superseded => {}
         Stop::SignedOut => {
+            let s = lane.page();
             s.notice.set(Some(Notice::SessionEnded));
-            s.state.set(ExportState::Idle);
+            lane.idle();
             s.session.set(SessionState::SignedOut);
         }
         Stop::NotFound => {
             // Show nothing of it.
-            remove_if_owned(d, slot, intent).await;
-            s.op_id.set(None);
-            s.state.set(ExportState::Idle);
+            remove_if_owned(lane, d, slot, intent).await;
+            lane.idle();
         }
         Stop::Rejected(p) => {
-            remove_if_owned(d, slot, intent).await;
-            if p.code == "invalid-request" {
-                s.form.errors.set(p.errors.clone().unwrap_or_default());
-            }
-            s.notice.set(Some(Notice::Refused(p)));
-            s.state.set(ExportState::Idle);
+            remove_if_owned(lane, d, slot, intent).await;
+            lane.rejected(&p);
+            lane.notice().set(Some(Notice::Refused(p)));
+            lane.idle();
         }
         // The stored intent stays as it is: "Try again" (or a reload) drives it again with its key.
-        Stop::Trouble(t) => s.trouble.set(Some(t)),
+        Stop::Trouble(t) => lane.trouble().set(Some(t)),
     }
 }
 
 /// Sends the intent until the server answers; a lost answer, a timeout, a 5xx or a 429 is tried
 /// again with the same key, after a growing, jittered wait, for at most `GIVE_UP_MS`.
-async fn submit(intent: &Intent, d: Drive) -> Result<ExportView, Stop> {
+async fn submit<L: Lane>(lane: L, intent: &Intent, d: Drive) -> Result<L::View, Stop> {
     let mut tries = Tries::new();
     loop {
-        if !is_current(d) {
+        if !is_current(lane, d) {
             return Err(Stop::Superseded);
         }
-        match create(intent).await {
+        match create::<L::View>(L::CREATE, intent).await {
             Ok(view) => return Ok(view),
             Err(p) if p.code == "unauthenticated" => return Err(Stop::SignedOut),
             Err(p) if !is_transient(&p) => return Err(Stop::Rejected(p)),
@@ -773,13 +802,10 @@ async fn submit(intent: &Intent, d: Drive) -> Result<ExportView, Stop> {
     }
 }
 
-/// The path of the `create_export` server function.
-const CREATE_EXPORT: &str = "/sfn/create_export";
-
-/// Sends the intent to the page's `create_export` server function with its request's stored JSON
-/// text as it is, so the page never decodes a request (the server function's own client would
-/// take a typed `ExportRequest`). Bounded by `call_api`'s timeout.
-async fn create(intent: &Intent) -> Result<ExportView, Problem> {
+/// Sends the intent to the lane's create server function (`path`) with its request's stored
+/// JSON text as it is, so the page never decodes a request (the server function's own client
+/// would take a typed request). Bounded by `call_api`'s timeout.
+async fn create<V: serde::de::DeserializeOwned>(path: &str, intent: &Intent) -> Result<V, Problem> {
     #[derive(serde::Serialize)]
     struct Args<'a> {
         key: &'a str,
@@ -787,7 +813,7 @@ async fn create(intent: &Intent) -> Result<ExportView, Problem> {
     }
     let body = serde_json::to_string(&Args { key: &intent.key, request: &intent.request })
         .map_err(|_| Problem::new("malformed-json", 400, "The request could not be written"))?;
-    match call_api("POST", CREATE_EXPORT, Some(body)).await {
+    match call_api("POST", path, Some(body)).await {
         Ok(answer) if answer.ok() => answer.json().ok_or_else(|| Problem::new("bad-response", 502, "The server's answer could not be read")),
         Ok(answer) => Err(answer.problem()),
         Err(_) => Err(Problem::new(sfn::NETWORK, 0, "The server could not be reached")),
@@ -795,28 +821,31 @@ async fn create(intent: &Intent) -> Result<ExportView, Problem> {
 }
 
 /// Follows operation `id` until it settles, marking the stored intent settled then.
-async fn poll(s: PageSignals, slot: &str, intent: &mut Intent, id: &str, d: Drive) -> Result<(), Stop> {
+async fn poll<L: Lane>(lane: L, slot: &str, intent: &mut Intent, id: &str, d: Drive) -> Result<(), Stop> {
     let mut tries = Tries::new();
-    while is_current(d) {
-        match timed(sfn::export_status(id.to_owned())).await {
+    while is_current(lane, d) {
+        match timed(lane.status(id.to_owned())).await {
             Ok(view) => {
                 tries.answered();
-                if view.status.is_terminal() {
-                    // Settled in storage before it is shown settled: a click the moment Export
-                    // is enabled must find no unsettled intent to drive again.
+                if !is_current(lane, d) {
+                    break;
+                }
+                if L::is_terminal(&view) {
+                    // Settled in storage before it is shown settled: a click the moment the
+                    // button is enabled must find no unsettled intent to drive again.
                     if !intent.settled {
                         intent.settled = true;
-                        store_if_owned(d, slot, intent).await;
+                        store_if_owned(lane, d, slot, intent).await;
                     }
-                    show(s, d, &view);
-                    load_recent(s, false);
+                    lane.show(&view);
+                    lane.settled();
                     return Ok(());
                 }
-                show(s, d, &view);
+                lane.show(&view);
                 TimeoutFuture::new(POLL_MS).await;
             }
             Err(p) if p.code == "unauthenticated" => return Err(Stop::SignedOut),
-            Err(p) if p.code == "export-not-found" => return Err(Stop::NotFound),
+            Err(p) if p.code == L::NOT_FOUND => return Err(Stop::NotFound),
             Err(p) if !is_transient(&p) => return Err(Stop::Trouble(Trouble::Refused(p))),
             Err(p) => tries.wait(p).await.map_err(Stop::Trouble)?,
         }
@@ -824,36 +853,140 @@ async fn poll(s: PageSignals, slot: &str, intent: &mut Intent, id: &str, d: Driv
     Err(Stop::Superseded)
 }
 
-/// Cancels the current operation; its drive keeps polling until it settles.
-pub fn cancel(s: PageSignals) {
-    let Some(id) = s.op_id.get_untracked() else { return };
+/// Cancels the lane's shown operation; its drive keeps polling until it settles.
+pub(crate) fn cancel<L: Lane>(lane: L) {
+    let Some(id) = lane.shown_id() else { return };
     spawn_local(async move {
-        let view = match timed(sfn::cancel_export(id)).await {
+        let view = match timed(lane.cancel_call(id)).await {
             Ok(view) => view,
             // Ended before the cancel: the drive's next poll shows how.
             Err(p) if p.code == "export-already-finished" => return,
-            Err(p) => return s.notice.set(Some(Notice::Refused(p))),
+            Err(p) => return lane.notice().set(Some(Notice::Refused(p))),
         };
-        if s.op_id.get_untracked().as_deref() != Some(view.id.as_str()) {
+        if lane.shown_id().as_deref() != Some(L::id(&view)) {
             return;
         }
         // A cancel answered as ended settles the stored intent before the page shows it ended,
-        // so the next Export click starts a new operation instead of driving this one again.
-        if view.status.is_terminal() {
-            settle_stored(s, &view.id).await;
+        // so the next click starts a new operation instead of driving this one again.
+        if L::is_terminal(&view) {
+            settle_stored(lane, L::id(&view)).await;
         }
-        s.state.set(ExportState::from_view(&view));
+        lane.show(&view);
     });
 }
 
-/// Marks the stored intent of operation `id` settled, if it is the one stored.
-async fn settle_stored(s: PageSignals, id: &str) {
-    let Some(slot) = slot(s) else { return };
+/// Marks the lane's stored intent of operation `id` settled, if it is the one stored.
+async fn settle_stored<L: Lane>(lane: L, id: &str) {
+    let Some(slot) = lane.slot() else { return };
     let _held = lock_slot(&slot).await;
     if let Some(mut stored) = Local.load(&slot).filter(|i| i.id.as_deref() == Some(id) && !i.settled) {
         stored.settled = true;
         Local.store(&slot, &stored);
     }
+}
+
+/// The export lane of the page.
+#[derive(Clone, Copy)]
+pub(crate) struct Exports(pub PageSignals);
+
+thread_local! {
+    static EXPORTS: LaneTab = LaneTab::default();
+    static RATE: std::cell::RefCell<Option<(String, f64, i64)>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Lane for Exports {
+    type View = ExportView;
+    const CREATE: &'static str = "/sfn/create_export";
+    const NOT_FOUND: &'static str = "export-not-found";
+
+    fn tab(self) -> &'static std::thread::LocalKey<LaneTab> {
+        &EXPORTS
+    }
+    fn page(self) -> PageSignals {
+        self.0
+    }
+    fn slot(self) -> Option<String> {
+        slot(self.0, "intent")
+    }
+    fn trouble(self) -> RwSignal<Option<Trouble>> {
+        self.0.trouble
+    }
+    fn notice(self) -> RwSignal<Option<Notice>> {
+        self.0.notice
+    }
+    fn status(self, id: String) -> Call<ExportView> {
+        Box::pin(sfn::export_status(id))
+    }
+    fn cancel_call(self, id: String) -> Call<ExportView> {
+        Box::pin(sfn::cancel_export(id))
+    }
+    fn id(view: &ExportView) -> &str {
+        &view.id
+    }
+    fn is_terminal(view: &ExportView) -> bool {
+        view.status.is_terminal()
+    }
+    fn shown_id(self) -> Option<String> {
+        self.0.op_id.get_untracked()
+    }
+    fn show(self, view: &ExportView) {
+        let s = self.0;
+        let state = ExportState::from_view(view);
+        if let ExportState::Running { rows_written, .. } = state {
+            let (at, rows) = (now_ms(), rows_written);
+            let rate = RATE.with(|r| {
+                let prev = r.replace(Some((view.id.clone(), at, rows)));
+                prev.filter(|(id, t, _)| *id == view.id && at > *t).map(|(_, t, before)| ((rows - before).max(0) as f64 / ((at - t) / 1000.0)).round() as i64)
+            });
+            if rate.is_some() {
+                s.rows_per_sec.set(rate);
+            }
+        } else {
+            s.rows_per_sec.set(None);
+        }
+        s.op_id.set(Some(view.id.clone()));
+        s.state.set(state);
+    }
+    fn pending(self, resuming: bool) {
+        if resuming {
+            self.0.state.set(ExportState::Resuming);
+        } else {
+            self.0.op_id.set(None);
+            self.0.form.errors.set(Vec::new());
+            self.0.state.set(ExportState::Submitting);
+        }
+    }
+    fn idle(self) {
+        self.0.op_id.set(None);
+        self.0.state.set(ExportState::Idle);
+    }
+    fn is_settled(self) -> bool {
+        self.0.state.get_untracked().is_settled()
+    }
+    fn rejected(self, p: &Problem) {
+        if p.code == "invalid-request" {
+            self.0.form.errors.set(p.errors.clone().unwrap_or_default());
+        }
+    }
+    fn settled(self) {
+        load_recent(self.0, false);
+    }
+}
+
+/// The Export click.
+pub fn export(s: PageSignals) {
+    click(Exports(s), serde_json::value::to_raw_value(&request_of_form(s)).ok());
+}
+
+/// "Retry export": a new intent (a new key) for the same request, only after a terminal failure
+/// that allows it; when another tab has already started one, this tab follows that one instead.
+pub fn retry(s: PageSignals) {
+    let Some(slot) = Exports(s).slot() else { return };
+    if !s.state.get_untracked().offers_retry() {
+        return;
+    }
+    let request = Local.load(&slot).map(|i| i.request).or_else(|| serde_json::value::to_raw_value(&request_of_form(s)).ok());
+    click(Exports(s), request);
 }
 
 /// Download: mints a fresh link on every click (never re-running the export) and follows it; to

@@ -1,21 +1,20 @@
-//! The export intent as the browser keeps it (SPEC §7): one key per intent, stored with the exact
+//! An intent as the browser keeps it (SPEC §7; imports keep theirs by the same rules, §10): one key per intent, stored with the exact
 //! request before the first send, the operation id added once known, and whether the operation
 //! has settled. Every write is conditional: only the current drive of a tab, and only while the
 //! stored intent is still the one it drives (same key), may change or remove it, so a drive that
 //! another drive or another tab superseded while it awaited cannot overwrite a newer intent.
 
-use crate::model::ExportRequest;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::cell::Cell;
 
-/// One export intent.
+/// One intent: an export's or an import's.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Intent {
     /// The idempotency key, a random v4 UUID from `crypto.getRandomValues` made when the user asked.
     pub key: String,
     /// The request as the JSON text sent on every try, byte for byte. The page never reads it
-    /// back into an `ExportRequest`, so the wasm carries no decoder of one.
+    /// back into a typed request, so the wasm carries no decoder of one.
     pub request: Box<RawValue>,
     /// The operation's id, once the server has told it.
     #[serde(default)]
@@ -28,7 +27,7 @@ pub struct Intent {
 impl Intent {
     /// A new intent for `request` under `key`, not sent yet; `None` if the request cannot be
     /// written as JSON (a filter that is not a finite number, say).
-    pub fn new(key: String, request: &ExportRequest) -> Option<Intent> {
+    pub fn new<R: Serialize>(key: String, request: &R) -> Option<Intent> {
         let request = serde_json::value::to_raw_value(request).ok()?;
         Some(Intent { key, request, id: None, settled: false })
     }
@@ -50,10 +49,10 @@ pub trait IntentStorage {
     fn remove(&self, slot: &str);
 }
 
-/// The slot of one user's intent: per tenant and user, so one browser shared by two accounts
-/// never resumes the other's operation.
-pub fn slot_of(tenant: &str, email: &str) -> String {
-    format!("exportd.intent.{tenant}.{email}")
+/// The slot of one user's intent of one lane (`intent` for exports, `import` for imports): per
+/// tenant and user, so one browser shared by two accounts never resumes the other's operation.
+pub fn slot_of(lane: &str, tenant: &str, email: &str) -> String {
+    format!("exportd.{lane}.{tenant}.{email}")
 }
 
 /// The drives of one tab: each new drive (a click, a resume, a message from another tab)
@@ -130,12 +129,12 @@ mod tests {
     }
 
     fn intent(key: &str) -> Intent {
-        Intent::new(key.to_owned(), &ExportRequest::new("orders")).expect("a default request is JSON")
+        Intent::new(key.to_owned(), &crate::model::ExportRequest::new("orders")).expect("a default request is JSON")
     }
 
     #[test]
     fn a_drive_superseded_in_its_own_tab_neither_writes_nor_deletes_the_intent() {
-        let (storage, drives, slot) = (MapStorage::default(), Drives::default(), slot_of("acme", "bob@acme.test"));
+        let (storage, drives, slot) = (MapStorage::default(), Drives::default(), slot_of("intent", "acme", "bob@acme.test"));
         let first = intent("k1");
         storage.store(&slot, &first);
         let old = drives.start();
@@ -150,7 +149,7 @@ mod tests {
 
     #[test]
     fn a_drive_whose_intent_another_tab_replaced_leaves_the_newer_intent_alone() {
-        let (storage, drives, slot) = (MapStorage::default(), Drives::default(), slot_of("acme", "bob@acme.test"));
+        let (storage, drives, slot) = (MapStorage::default(), Drives::default(), slot_of("intent", "acme", "bob@acme.test"));
         let mine = intent("k1");
         storage.store(&slot, &mine);
         let drive = drives.start();
@@ -171,7 +170,8 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_per_tenant_and_user() {
-        assert_ne!(slot_of("acme", "bob@acme.test"), slot_of("globex", "bob@acme.test"));
+    fn slots_are_per_lane_tenant_and_user() {
+        assert_ne!(slot_of("intent", "acme", "bob@acme.test"), slot_of("intent", "globex", "bob@acme.test"));
+        assert_ne!(slot_of("intent", "acme", "bob@acme.test"), slot_of("import", "acme", "bob@acme.test"));
     }
 }

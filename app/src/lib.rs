@@ -6,6 +6,8 @@ pub mod sfn;
 mod page;
 #[cfg(feature = "hydrate")]
 mod client;
+#[cfg(feature = "hydrate")]
+mod imports;
 
 pub use model::*;
 

@@ -29,6 +29,12 @@ impl SessionState {
     pub fn may_export(&self) -> bool {
         matches!(self, SessionState::SignedIn(who) if who.role != "viewer")
     }
+
+    /// Whether the signed-in user may upload and import (SPEC §10: admins only).
+    #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+    pub fn may_import(&self) -> bool {
+        matches!(self, SessionState::SignedIn(who) if who.role == "admin")
+    }
 }
 
 /// A message for the user, kept as what happened and put in the page's language when shown.
@@ -465,7 +471,7 @@ pub fn ExportPage() -> impl IntoView {
     };
     let on_cancel = move |_| {
         #[cfg(feature = "hydrate")]
-        crate::client::cancel(s);
+        crate::client::cancel(crate::client::Exports(s));
     };
     let on_download = move |_| {
         #[cfg(feature = "hydrate")]
@@ -479,11 +485,11 @@ pub fn ExportPage() -> impl IntoView {
     };
     let on_try_again = move |_| {
         #[cfg(feature = "hydrate")]
-        crate::client::try_again(s);
+        crate::client::try_again(crate::client::Exports(s));
     };
     let on_discard = move |_| {
         #[cfg(feature = "hydrate")]
-        crate::client::discard(s);
+        crate::client::discard(crate::client::Exports(s));
     };
     let on_more = move |_| {
         #[cfg(feature = "hydrate")]
@@ -736,8 +742,35 @@ pub fn ExportPage() -> impl IntoView {
         {move || match s.session.get() {
             SessionState::Unknown => view! { <p data-testid="loading">{move || t_string!(i18n, loading)}</p> }.into_any(),
             SessionState::SignedOut => login_form().into_any(),
-            SessionState::SignedIn(_) => view! { {form_view()} {status_view()} {recent_view()} }.into_any(),
+            SessionState::SignedIn(_) => view! { {form_view()} {status_view()} {recent_view()} {imports_view(i18n, s)} }.into_any(),
         }}
+    }
+}
+
+/// The import section, for users who may import: loaded from its own wasm file after the page,
+/// in the browser only (the server renders the page signed out, before anyone is known).
+fn imports_view(i18n: I18n, s: PageSignals) -> impl IntoView {
+    #[cfg(feature = "hydrate")]
+    return s.session.get_untracked().may_import().then(|| {
+        let slot = NodeRef::<leptos::html::Div>::new();
+        // The section is mounted in its own root once its wasm file is loaded, and unmounted
+        // with this branch (a sign-out, a role learned again).
+        let mounted = StoredValue::new_local(None::<Box<dyn std::any::Any>>);
+        on_cleanup(move || {
+            mounted.try_update_value(|m| m.take());
+        });
+        leptos::task::spawn_local(async move {
+            let section = crate::imports::section(i18n, s).await;
+            if let Some(div) = slot.get_untracked() {
+                let handle = leptos::mount::mount_to((*div).clone(), move || section);
+                mounted.try_update_value(|m| *m = Some(Box::new(handle)));
+            }
+        });
+        view! { <div node_ref=slot></div> }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    {
+        let _ = (i18n, s);
     }
 }
 
