@@ -433,12 +433,6 @@ impl Attempt<'_> {
         let Some(last_record) = rows.last().map(|r| r.record.number) else { return Ok(()) };
         let seq = state.seq + 1;
         let txn = begin_write(&self.ctx.db).await.map_err(Stop::internal)?;
-        if txn.get_database_backend() == sea_orm::DbBackend::Postgres {
-            // The batch's lookup by key is a prepared statement. A generic plan made while the
-            // table was small scans it whole, and the import keeps it growing: every batch then
-            // took seconds more than the last. A plan made for each batch uses the key's index.
-            txn.execute_unprepared("SET LOCAL plan_cache_mode = force_custom_plan").await.map_err(Stop::internal)?;
-        }
         let opened = if mode == ImportMode::Apply {
             match checkpoints::open_step(&txn, self.job, seq, last_record, Some(Authority::Import.condition())).await.map_err(Stop::internal)? {
                 Some(row) => Some(row),
@@ -780,27 +774,20 @@ async fn write_rows(txn: &DatabaseTransaction, dataset: Dataset, tenant_id: &str
     let mut written = Written { refused: 0 };
     let valid: Vec<&Row> = rows.iter().filter(|r| r.problems.is_empty()).collect();
     let backend = txn.get_database_backend();
+    let postgres = backend == sea_orm::DbBackend::Postgres;
     match dataset {
         Dataset::Customers => {
             let keys: Vec<String> = valid.iter().filter_map(|r| r.key()).collect();
-            let existing: HashMap<String, customers::Model> = customers::Entity::find()
-                .filter(customers::Column::TenantId.eq(tenant_id))
-                .filter(customers::Column::EmailKey.is_in(keys))
-                .all(txn)
-                .await?
-                .into_iter()
-                .map(|c| (c.email_key.clone(), c))
-                .collect();
+            let lookup = customers::Entity::find().filter(customers::Column::TenantId.eq(tenant_id)).filter(customers::Column::EmailKey.is_in(keys));
+            let existing: HashMap<String, customers::Model> = planned_afresh(txn, postgres, lookup.all(txn)).await?.into_iter().map(|c| (c.email_key.clone(), c)).collect();
             let ops: Vec<(&Row, Op<customers::ActiveModel>)> =
                 valid.iter().filter_map(|row| row.key().map(|key| (*row, plan_customer(backend, tenant_id, row, &key, existing.get(&key))))).collect();
             run_ops::<customers::Entity>(txn, ops, mark, refused, &mut written).await?;
         }
         Dataset::Orders => {
             let refs: Vec<String> = valid.iter().filter_map(|r| r.key()).collect();
-            let existing: HashMap<String, orders::Model> = orders::Entity::find()
-                .filter(orders::Column::TenantId.eq(tenant_id))
-                .filter(orders::Column::OrderRef.is_in(refs))
-                .all(txn)
+            let lookup = orders::Entity::find().filter(orders::Column::TenantId.eq(tenant_id)).filter(orders::Column::OrderRef.is_in(refs));
+            let existing: HashMap<String, orders::Model> = planned_afresh(txn, postgres, lookup.all(txn))
                 .await?
                 .into_iter()
                 .filter_map(|o| o.order_ref.clone().map(|r| (r, o)))
@@ -827,6 +814,20 @@ async fn write_rows(txn: &DatabaseTransaction, dataset: Dataset, tenant_id: &str
         }
     }
     Ok(written)
+}
+
+/// Runs a batch's lookup by key with a plan made for it, on PostgreSQL. The lookup is a prepared
+/// statement, and a generic plan made while the table was small scans it whole, while the import
+/// keeps it growing: batches then took seconds each. Only the lookup is planned afresh; the
+/// batch's insert keeps its cached plan.
+async fn planned_afresh<T>(txn: &DatabaseTransaction, postgres: bool, lookup: impl std::future::Future<Output = Result<T, sea_orm::DbErr>>) -> Result<T, sea_orm::DbErr> {
+    if !postgres {
+        return lookup.await;
+    }
+    txn.execute_unprepared("SET LOCAL plan_cache_mode = force_custom_plan").await?;
+    let found = lookup.await;
+    txn.execute_unprepared("SET LOCAL plan_cache_mode = auto").await?;
+    found
 }
 
 /// What a row does to its record.
