@@ -6,6 +6,11 @@
 //! named never changes, so it is served `immutable` for a year: a return visit downloads none of
 //! them, and a new release has new names. Without a hash file (a build that did not hash) the
 //! plain names are served `no-cache`, so a browser revalidates them each time.
+//!
+//! A split build (`--split`) also writes the lazily loaded parts — `split_<name>.<hash>.wasm`,
+//! their loader `__wasm_split.<hash>.js` and `__wasm_split_manifest.<hash>.json` — named by a hash
+//! of their content too, but `hash.txt` does not list those hashes: such a file is recognised by
+//! its name's shape (one of those stems, then a hash of cargo-leptos' length and alphabet).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -97,13 +102,35 @@ impl SiteAssets {
     /// this build's hash, revalidation for any other.
     pub fn cache_control(&self, path: &str) -> &'static str {
         let name = path.rsplit('/').next().unwrap_or_default();
-        let hashed = self.hashed() && [&self.js, &self.wasm, &self.css].into_iter().flatten().any(|hash| name.split('.').any(|part| part == &**hash));
-        if hashed {
+        let by_hash_file = [&self.js, &self.wasm, &self.css].into_iter().flatten().any(|hash| name.split('.').any(|part| part == &**hash));
+        if self.hashed() && (by_hash_file || is_split_part(name)) {
             "public, max-age=31536000, immutable"
         } else {
             "no-cache"
         }
     }
+}
+
+/// The length of a cargo-leptos file hash: 16 bytes in URL-safe base64 without padding.
+const HASH_LEN: usize = 22;
+
+/// Whether `name` is a part a split build wrote, named by its content's hash:
+/// `split_<name>.<hash>.wasm`, `__wasm_split.<hash>.js` or `__wasm_split_manifest.<hash>.json`
+/// (each perhaps precompressed, `.br` or `.gz`).
+fn is_split_part(name: &str) -> bool {
+    let mut parts = name.split('.');
+    let (Some(stem), Some(hash), Some(ext)) = (parts.next(), parts.next(), parts.next()) else { return false };
+    let compressed = match parts.next() {
+        None => true,
+        Some(c) => (c == "br" || c == "gz") && parts.next().is_none(),
+    };
+    let known = match ext {
+        "wasm" => stem.starts_with("split_") && stem.len() > "split_".len(),
+        "js" => stem == "__wasm_split",
+        "json" => stem == "__wasm_split_manifest",
+        _ => false,
+    };
+    compressed && known && hash.len() == HASH_LEN && hash.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 #[cfg(test)]
@@ -125,6 +152,29 @@ mod tests {
         assert_eq!(assets.cache_control("/pkg/exportd.wasm"), "no-cache");
         assert_eq!(assets.cache_control("/pkg/exportd.Zz9.wasm"), "no-cache");
         assert_eq!(SiteAssets::default().cache_control("/pkg/exportd.Cd-2.wasm"), "no-cache");
+    }
+
+    #[test]
+    fn the_parts_of_a_split_build_named_by_their_hash_are_kept_a_year_and_nothing_else_like_them() {
+        let assets = built();
+        let year = "public, max-age=31536000, immutable";
+        assert_eq!(assets.cache_control("/pkg/split_section_12899844241879822563.MJ7MBncJb5F5rEGOcwfXXA.wasm"), year);
+        assert_eq!(assets.cache_control("/pkg/split_section_1.MJ7MBncJb5F5rEGOcwfXXA.wasm.br"), year);
+        assert_eq!(assets.cache_control("/pkg/__wasm_split.6VcjLFg9wWM-vLMxBFPQpw.js"), year);
+        assert_eq!(assets.cache_control("/pkg/__wasm_split_manifest.mVPW-dwap8tReTgIzy-Lqw.json"), year);
+        for other in [
+            "/pkg/split_section_1.wasm",
+            "/pkg/__wasm_split.js",
+            "/pkg/split_section_1.MJ7MBncJb5F5rEGOcwfXXA.js",
+            "/pkg/split_.MJ7MBncJb5F5rEGOcwfXXA.wasm",
+            "/pkg/__wasm_split.6VcjLFg9wWM-vLMxBFPQp.js",
+            "/pkg/__wasm_split.6VcjLFg9wWM-vLMxBFPQp!.js",
+            "/pkg/__wasm_split.6VcjLFg9wWM-vLMxBFPQpw.js.zip",
+            "/pkg/other.6VcjLFg9wWM-vLMxBFPQpw.js",
+        ] {
+            assert_eq!(assets.cache_control(other), "no-cache", "{other}");
+        }
+        assert_eq!(SiteAssets::default().cache_control("/pkg/__wasm_split.6VcjLFg9wWM-vLMxBFPQpw.js"), "no-cache");
     }
 
     #[test]
