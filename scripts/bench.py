@@ -378,7 +378,7 @@ def checkpointed_figures(b, token):
     out = os.path.join(b.folder, "baseline.csv")
     exports_dir = os.path.join(b.folder, "objects", "exports")
 
-    def audit_ms(export_id, generation, to_status):
+    def audit_ms(job_id, generation, to_status):
         return int(b.sql(f"SELECT MIN(at) FROM job_events WHERE job_id = '{job_id}' AND generation = {generation} "
                          f"AND to_status = '{to_status}' AND (from_status IS NULL OR from_status <> to_status)"))
 
