@@ -747,26 +747,55 @@ pub fn ExportPage() -> impl IntoView {
     }
 }
 
+/// The id of the element the import section is mounted into.
+#[cfg(feature = "hydrate")]
+const SECTION_SLOT: &str = "import-section";
+
+#[cfg(feature = "hydrate")]
+thread_local! {
+    /// The number of the newest branch that shows the import section, and the root it mounted.
+    static SECTION_ROOT: std::cell::RefCell<(u64, Option<Box<dyn std::any::Any>>)> = const { std::cell::RefCell::new((0, None)) };
+}
+
 /// The import section, for users who may import: loaded from its own wasm file after the page,
 /// in the browser only (the server renders the page signed out, before anyone is known).
 fn imports_view(i18n: I18n, s: PageSignals) -> impl IntoView {
     #[cfg(feature = "hydrate")]
     return s.session.get_untracked().may_import().then(|| {
-        let slot = NodeRef::<leptos::html::Div>::new();
+        use wasm_bindgen::JsCast;
         // The section is mounted in its own root once its wasm file is loaded, and unmounted
-        // with this branch (a sign-out, a role learned again).
-        let mounted = StoredValue::new_local(None::<Box<dyn std::any::Any>>);
+        // with this branch (a sign-out, a role learned again). Each branch takes a number: a
+        // branch gone before the file arrived, or replaced by a newer one, mounts nothing, and
+        // its cleanup drops only its own root. (By id and a thread-local rather than a NodeRef
+        // and a stored value: 1.9 KB less of the page's wasm.)
+        let mine = SECTION_ROOT.with(|r| {
+            let mut r = r.borrow_mut();
+            r.0 = r.0.wrapping_add(1);
+            r.0
+        });
         on_cleanup(move || {
-            mounted.try_update_value(|m| m.take());
+            let gone = SECTION_ROOT.with(|r| {
+                let mut r = r.borrow_mut();
+                if r.0 != mine {
+                    return None;
+                }
+                r.0 = r.0.wrapping_add(1);
+                r.1.take()
+            });
+            drop(gone);
         });
         leptos::task::spawn_local(async move {
             let section = crate::imports::section(i18n, s).await;
-            if let Some(div) = slot.get_untracked() {
-                let handle = leptos::mount::mount_to((*div).clone(), move || section);
-                mounted.try_update_value(|m| *m = Some(Box::new(handle)));
+            if SECTION_ROOT.with(|r| r.borrow().0) != mine {
+                return;
+            }
+            let slot = document().get_element_by_id(SECTION_SLOT).and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
+            if let Some(div) = slot {
+                let handle = leptos::mount::mount_to(div, move || section);
+                SECTION_ROOT.with(|r| r.borrow_mut().1 = Some(Box::new(handle)));
             }
         });
-        view! { <div node_ref=slot></div> }
+        view! { <div id=SECTION_SLOT></div> }
     });
     #[cfg(not(feature = "hydrate"))]
     {
