@@ -11,11 +11,12 @@
 //! key) and "Discard" (forget it; a new click makes a new key).
 
 use crate::intent::{self, Drive, Drives, Intent, IntentStorage};
-use crate::model::{ExportRequest, ExportState, ExportView, LoginRequest, Problem, SessionView, TimeRange};
+use crate::model::{ExportList, ExportRequest, ExportState, ExportView, LoginRequest, Problem, SessionView, TimeRange};
 use crate::page::{number_json, preset_of, Notice, PageSignals, SessionState, Trouble};
 use crate::sfn;
 use gloo_timers::future::TimeoutFuture;
 use leptos::prelude::*;
+use leptos::server_fn::ServerFn;
 use leptos::task::spawn_local;
 use std::collections::BTreeMap;
 use wasm_bindgen::{closure::Closure, JsCast, JsValue};
@@ -187,16 +188,6 @@ const GIVE_UP_MS: f64 = 30_000.0;
 fn backoff_ms(n: u32) -> u32 {
     let cap = (300.0 * 2f64.powi(n.min(10) as i32)).min(MAX_BACKOFF_MS);
     (cap / 2.0 + js_sys::Math::random() * cap / 2.0) as u32
-}
-
-/// Runs a server function call, or a network problem when it takes longer than the timeout.
-pub(crate) async fn timed<T>(call: impl std::future::Future<Output = Result<T, Problem>> + 'static) -> Result<T, Problem> {
-    // Boxed as a trait object, so the wasm has one timeout per answer type, not one per call.
-    let call: std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Problem>>>> = Box::pin(call);
-    match first(call, TimeoutFuture::new(CALL_TIMEOUT_MS)).await {
-        Ok(result) => result,
-        Err(()) => Err(Problem::new(sfn::NETWORK, 0, "The server did not answer in time")),
-    }
 }
 
 /// `work`'s output, or `Err` when `timeout` ends first.
@@ -520,7 +511,6 @@ pub(crate) struct LaneTab {
 }
 
 /// A boxed call of a lane.
-pub(crate) type Call<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Problem>>>>;
 
 /// One kind of operation the page starts from a stored intent and follows until it settles:
 /// exports (SPEC §7) and imports (SPEC §10, "the same intent rules"). The intent's rules — one
@@ -533,6 +523,10 @@ pub(crate) trait Lane: Copy + 'static {
     type View: serde::de::DeserializeOwned + 'static;
     /// The path of the server function that creates it.
     const CREATE: &'static str;
+    /// The path of the server function that reads it by id.
+    const STATUS: &'static str;
+    /// The path of the server function that cancels it by id.
+    const CANCEL: &'static str;
     /// The problem code of an operation that is not the caller's.
     const NOT_FOUND: &'static str;
     /// This tab's drives of the lane.
@@ -545,10 +539,6 @@ pub(crate) trait Lane: Copy + 'static {
     fn trouble(self) -> RwSignal<Option<Trouble>>;
     /// The lane's message for the user.
     fn notice(self) -> RwSignal<Option<Notice>>;
-    /// The operation as it is now.
-    fn status(self, id: String) -> Call<Self::View>;
-    /// Asks for the operation to be cancelled.
-    fn cancel_call(self, id: String) -> Call<Self::View>;
     /// The operation's id.
     fn id(view: &Self::View) -> &str;
     /// Whether the operation changes no more.
@@ -804,15 +794,22 @@ async fn submit<L: Lane>(lane: L, intent: &Intent, d: Drive) -> Result<L::View, 
 
 /// Sends the intent to the lane's create server function (`path`) with its request's stored
 /// JSON text as it is, so the page never decodes a request (the server function's own client
-/// would take a typed request). Bounded by `call_api`'s timeout.
+/// would take a typed request).
 async fn create<V: serde::de::DeserializeOwned>(path: &str, intent: &Intent) -> Result<V, Problem> {
     #[derive(serde::Serialize)]
     struct Args<'a> {
         key: &'a str,
         request: &'a serde_json::value::RawValue,
     }
-    let body = serde_json::to_string(&Args { key: &intent.key, request: &intent.request })
-        .map_err(|_| Problem::new("malformed-json", 400, "The request could not be written"))?;
+    call_sfn(path, &Args { key: &intent.key, request: &intent.request }).await
+}
+
+/// Calls the page's server function at `path` (`/sfn/…`) with `args`, its arguments struct, as
+/// the JSON body: the request server_fn's own client sends, sent through `call_api` (the
+/// browser's `fetch`, bounded by `CALL_TIMEOUT_MS`), so the wasm carries one way of calling the
+/// server instead of two (server_fn's client, with gloo-net, is about 7 KB gzipped).
+pub(crate) async fn call_sfn<V: serde::de::DeserializeOwned>(path: &str, args: &impl serde::Serialize) -> Result<V, Problem> {
+    let body = serde_json::to_string(args).map_err(|_| Problem::new("malformed-json", 400, "The request could not be written"))?;
     match call_api("POST", path, Some(body)).await {
         Ok(answer) if answer.ok() => answer.json().ok_or_else(|| Problem::new("bad-response", 502, "The server's answer could not be read")),
         Ok(answer) => Err(answer.problem()),
@@ -820,11 +817,17 @@ async fn create<V: serde::de::DeserializeOwned>(path: &str, intent: &Intent) -> 
     }
 }
 
+/// The arguments of a lane's server functions that take an operation's id.
+#[derive(serde::Serialize)]
+struct ById<'a> {
+    id: &'a str,
+}
+
 /// Follows operation `id` until it settles, marking the stored intent settled then.
 async fn poll<L: Lane>(lane: L, slot: &str, intent: &mut Intent, id: &str, d: Drive) -> Result<(), Stop> {
     let mut tries = Tries::new();
     while is_current(lane, d) {
-        match timed(lane.status(id.to_owned())).await {
+        match call_sfn::<L::View>(L::STATUS, &ById { id }).await {
             Ok(view) => {
                 tries.answered();
                 if !is_current(lane, d) {
@@ -857,7 +860,7 @@ async fn poll<L: Lane>(lane: L, slot: &str, intent: &mut Intent, id: &str, d: Dr
 pub(crate) fn cancel<L: Lane>(lane: L) {
     let Some(id) = lane.shown_id() else { return };
     spawn_local(async move {
-        let view = match timed(lane.cancel_call(id)).await {
+        let view = match call_sfn::<L::View>(L::CANCEL, &ById { id: &id }).await {
             Ok(view) => view,
             // Ended before the cancel: the drive's next poll shows how.
             Err(p) if p.code == "export-already-finished" => return,
@@ -896,7 +899,9 @@ thread_local! {
 
 impl Lane for Exports {
     type View = ExportView;
-    const CREATE: &'static str = "/sfn/create_export";
+    const CREATE: &'static str = sfn::CreateExport::PATH;
+    const STATUS: &'static str = sfn::ExportStatus::PATH;
+    const CANCEL: &'static str = sfn::CancelExport::PATH;
     const NOT_FOUND: &'static str = "export-not-found";
 
     fn tab(self) -> &'static std::thread::LocalKey<LaneTab> {
@@ -913,12 +918,6 @@ impl Lane for Exports {
     }
     fn notice(self) -> RwSignal<Option<Notice>> {
         self.0.notice
-    }
-    fn status(self, id: String) -> Call<ExportView> {
-        Box::pin(sfn::export_status(id))
-    }
-    fn cancel_call(self, id: String) -> Call<ExportView> {
-        Box::pin(sfn::cancel_export(id))
     }
     fn id(view: &ExportView) -> &str {
         &view.id
@@ -994,7 +993,7 @@ pub fn retry(s: PageSignals) {
 pub fn download(s: PageSignals, id: String, part: Option<i32>) {
     spawn_local(async move {
         let id_of_link = id.clone();
-        match timed(sfn::download_link(id, part)).await {
+        match call_sfn::<String>(sfn::DownloadLink::PATH, &sfn::DownloadLink { id, part }).await {
             Ok(url) => {
                 s.notice.set(None);
                 if let Some(w) = web_sys::window() {
@@ -1050,7 +1049,7 @@ pub fn load_recent(s: PageSignals, more: bool) {
         l.get()
     });
     spawn_local(async move {
-        let answer = timed(sfn::list_exports(cursor)).await;
+        let answer = call_sfn::<ExportList>(sfn::ListExports::PATH, &sfn::ListExports { cursor }).await;
         if more {
             MORE_IN_FLIGHT.with(|m| m.set(false));
         }

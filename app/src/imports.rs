@@ -9,12 +9,13 @@
 //! new POST, one operation across tabs. The chosen file's upload is kept beside the intent, so
 //! after a reload the file need not be chosen again.
 
-use crate::client::{self, Call, Lane, LaneTab};
+use crate::client::{self, Lane, LaneTab};
 use crate::i18n::*;
 use crate::model::{ExportStatus, ImportMode, ImportRequest, ImportView, OnError, Problem, UploadView};
 use crate::page::{date_time, human_bytes, number, problem_text, I18n, Notice, PageSignals, Trouble};
 use crate::sfn;
 use leptos::prelude::*;
+use leptos::server_fn::ServerFn;
 use leptos::task::spawn_local;
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::{closure::Closure, JsCast};
@@ -85,7 +86,9 @@ thread_local! {
 
 impl Lane for Imports {
     type View = ImportView;
-    const CREATE: &'static str = "/sfn/create_import";
+    const CREATE: &'static str = sfn::CreateImport::PATH;
+    const STATUS: &'static str = sfn::ImportStatus::PATH;
+    const CANCEL: &'static str = sfn::CancelImport::PATH;
     const NOT_FOUND: &'static str = "import-not-found";
 
     fn tab(self) -> &'static std::thread::LocalKey<LaneTab> {
@@ -102,12 +105,6 @@ impl Lane for Imports {
     }
     fn notice(self) -> RwSignal<Option<Notice>> {
         self.notice
-    }
-    fn status(self, id: String) -> Call<ImportView> {
-        Box::pin(sfn::import_status(id))
-    }
-    fn cancel_call(self, id: String) -> Call<ImportView> {
-        Box::pin(sfn::cancel_import(id))
     }
     fn id(view: &ImportView) -> &str {
         &view.id
@@ -226,7 +223,7 @@ impl Imports {
     /// Follows the report's fresh link.
     fn download_report(self, id: String) {
         spawn_local(async move {
-            match client::timed(sfn::report_link(id)).await {
+            match client::call_sfn::<String>(sfn::ReportLink::PATH, &sfn::ReportLink { id }).await {
                 Ok(url) => {
                     if let Some(w) = web_sys::window() {
                         let _ = w.location().assign(&url);
