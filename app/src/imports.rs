@@ -75,7 +75,7 @@ struct Imports {
     on_error: RwSignal<OnError>,
     chosen: RwSignal<Option<Chosen>>,
     /// Bytes sent and the file's size while it uploads.
-    uploading: RwSignal<Option<(f64, f64)>>,
+    uploading: RwSignal<Option<(i64, i64)>>,
 }
 
 thread_local! {
@@ -181,10 +181,10 @@ impl Imports {
         let Ok(xhr) = web_sys::XmlHttpRequest::new() else { return };
         let name = file.name();
         self.notice.set(None);
-        self.uploading.set(Some((0.0, file.size())));
+        self.uploading.set(Some((0, file.size() as i64)));
         let on_progress = Closure::<dyn Fn(web_sys::ProgressEvent)>::new(move |ev: web_sys::ProgressEvent| {
             if ev.length_computable() {
-                self.uploading.try_set(Some((ev.loaded(), ev.total())));
+                self.uploading.try_set(Some((ev.loaded() as i64, ev.total() as i64)));
             }
         });
         let answered = xhr.clone();
@@ -386,8 +386,8 @@ fn view(i18n: I18n, lane: Imports) -> impl IntoView {
                 </label>
                 {move || lane.uploading.get().map(|(sent, total)| view! {
                     <div class="progress">
-                        <progress data-testid="upload-progress" max=total.max(1.0) value=sent></progress>
-                        <span>{move || t_string!(i18n, upload_progress, sent = human_bytes(i18n, sent as i64), total = human_bytes(i18n, total as i64)).to_string()}</span>
+                        <progress data-testid="upload-progress" max=total.max(1) value=sent></progress>
+                        <span>{move || t_string!(i18n, upload_progress, sent = human_bytes(i18n, sent), total = human_bytes(i18n, total)).to_string()}</span>
                     </div>
                 })}
                 {move || lane.chosen.get().map(|c| view! {
