@@ -240,11 +240,11 @@ impl Imports {
 /// A problem's text for the import section: the import's own codes, then the page's.
 fn import_problem(i18n: I18n, p: &Problem) -> String {
     let text = match p.code.as_str() {
-        "upload-not-found" => t_string!(i18n, problem_upload_not_found),
-        "import-not-permitted" => t_string!(i18n, problem_import_not_permitted),
-        "import-not-found" => t_string!(i18n, problem_import_not_found),
-        "unsupported-media-type" => t_string!(i18n, problem_unsupported_type),
-        "body-too-large" => t_string!(i18n, problem_too_large),
+        "upload-not-found" => td_string!(i18n.get_locale(), problem_upload_not_found),
+        "import-not-permitted" => td_string!(i18n.get_locale(), problem_import_not_permitted),
+        "import-not-found" => td_string!(i18n.get_locale(), problem_import_not_found),
+        "unsupported-media-type" => td_string!(i18n.get_locale(), problem_unsupported_type),
+        "body-too-large" => td_string!(i18n.get_locale(), problem_too_large),
         _ => return problem_text(i18n, p),
     };
     text.to_string()
@@ -253,15 +253,15 @@ fn import_problem(i18n: I18n, p: &Problem) -> String {
 /// Why an import failed, in the page's language when its code is a known one.
 fn import_failure(i18n: I18n, code: &str, message: &str) -> String {
     match code {
-        "invalid_file" => t_string!(i18n, failure_invalid_file).to_string(),
-        "validation_failed" => t_string!(i18n, failure_validation_failed).to_string(),
-        "apply_failed" => t_string!(i18n, failure_apply_failed).to_string(),
-        "permission_revoked" => t_string!(i18n, failure_import_revoked).to_string(),
-        "storage_unavailable" => t_string!(i18n, failure_storage_unavailable).to_string(),
-        "worker_lost" => t_string!(i18n, failure_worker_lost).to_string(),
-        "no_worker" => t_string!(i18n, failure_no_worker).to_string(),
-        "stalled" => t_string!(i18n, failure_stalled).to_string(),
-        "internal" => t_string!(i18n, failure_internal).to_string(),
+        "invalid_file" => td_string!(i18n.get_locale(), failure_invalid_file).to_string(),
+        "validation_failed" => td_string!(i18n.get_locale(), failure_validation_failed).to_string(),
+        "apply_failed" => td_string!(i18n.get_locale(), failure_apply_failed).to_string(),
+        "permission_revoked" => td_string!(i18n.get_locale(), failure_import_revoked).to_string(),
+        "storage_unavailable" => td_string!(i18n.get_locale(), failure_storage_unavailable).to_string(),
+        "worker_lost" => td_string!(i18n.get_locale(), failure_worker_lost).to_string(),
+        "no_worker" => td_string!(i18n.get_locale(), failure_no_worker).to_string(),
+        "stalled" => td_string!(i18n.get_locale(), failure_stalled).to_string(),
+        "internal" => td_string!(i18n.get_locale(), failure_internal).to_string(),
         _ => message.to_owned(),
     }
 }
@@ -269,28 +269,28 @@ fn import_failure(i18n: I18n, code: &str, message: &str) -> String {
 /// The sentence that explains the import's state.
 fn describe(i18n: I18n, state: &ImportState) -> String {
     let v = match state {
-        ImportState::Idle => return t_string!(i18n, import_state_idle).to_string(),
-        ImportState::Submitting => return t_string!(i18n, import_state_submitting).to_string(),
-        ImportState::Resuming => return t_string!(i18n, import_state_resuming).to_string(),
+        ImportState::Idle => return td_string!(i18n.get_locale(), import_state_idle).to_string(),
+        ImportState::Submitting => return td_string!(i18n.get_locale(), import_state_submitting).to_string(),
+        ImportState::Resuming => return td_string!(i18n.get_locale(), import_state_resuming).to_string(),
         ImportState::Known(v) => v,
     };
     let total = |t: Option<i64>| t.map_or_else(|| "…".to_owned(), |t| number(i18n, t));
     match v.status {
-        ExportStatus::Queued => t_string!(i18n, import_state_queued).to_string(),
+        ExportStatus::Queued => td_string!(i18n.get_locale(), import_state_queued).to_string(),
         ExportStatus::Running if v.phase.as_deref() == Some("applying") => {
-            t_string!(i18n, import_state_applying, done = number(i18n, v.progress.rows_done), total = total(v.progress.rows_total)).to_string()
+            td_string!(i18n.get_locale(), import_state_applying, done = number(i18n, v.progress.rows_done), total = total(v.progress.rows_total)).to_string()
         }
-        ExportStatus::Running => t_string!(i18n, import_state_validating, done = number(i18n, v.progress.rows_done), total = total(v.progress.rows_total)).to_string(),
-        ExportStatus::RetryWait => t_string!(i18n, import_state_retry, attempt = number(i18n, i64::from(v.attempt))).to_string(),
-        ExportStatus::CancelRequested => t_string!(i18n, import_state_cancel_requested).to_string(),
-        ExportStatus::Cancelled => t_string!(i18n, import_state_cancelled).to_string(),
+        ExportStatus::Running => td_string!(i18n.get_locale(), import_state_validating, done = number(i18n, v.progress.rows_done), total = total(v.progress.rows_total)).to_string(),
+        ExportStatus::RetryWait => td_string!(i18n.get_locale(), import_state_retry, attempt = number(i18n, i64::from(v.attempt))).to_string(),
+        ExportStatus::CancelRequested => td_string!(i18n.get_locale(), import_state_cancel_requested).to_string(),
+        ExportStatus::Cancelled => td_string!(i18n.get_locale(), import_state_cancelled).to_string(),
         ExportStatus::Ready if v.mode == ImportMode::DryRun => {
-            t_string!(i18n, import_state_checked, valid = number(i18n, v.counts.valid), rows = number(i18n, v.counts.rows)).to_string()
+            td_string!(i18n.get_locale(), import_state_checked, valid = number(i18n, v.counts.valid), rows = number(i18n, v.counts.rows)).to_string()
         }
-        ExportStatus::Ready => t_string!(i18n, import_state_imported, applied = number(i18n, v.counts.applied)).to_string(),
+        ExportStatus::Ready => td_string!(i18n.get_locale(), import_state_imported, applied = number(i18n, v.counts.applied)).to_string(),
         ExportStatus::Failed => {
             let reason = v.error.as_ref().map(|e| import_failure(i18n, &e.code, &e.message)).unwrap_or_default();
-            t_string!(i18n, import_state_failed, reason = reason).to_string()
+            td_string!(i18n.get_locale(), import_state_failed, reason = reason).to_string()
         }
     }
 }
@@ -300,10 +300,10 @@ fn announcement(i18n: I18n, state: &ImportState) -> String {
     match state {
         ImportState::Idle => String::new(),
         ImportState::Known(v) => match v.status {
-            ExportStatus::Running => t_string!(i18n, import_announce_running).to_string(),
-            ExportStatus::Ready if v.mode == ImportMode::DryRun => t_string!(i18n, import_announce_checked).to_string(),
-            ExportStatus::Ready => t_string!(i18n, import_announce_imported).to_string(),
-            ExportStatus::RetryWait => t_string!(i18n, import_state_retry, attempt = "").to_string(),
+            ExportStatus::Running => td_string!(i18n.get_locale(), import_announce_running).to_string(),
+            ExportStatus::Ready if v.mode == ImportMode::DryRun => td_string!(i18n.get_locale(), import_announce_checked).to_string(),
+            ExportStatus::Ready => td_string!(i18n.get_locale(), import_announce_imported).to_string(),
+            ExportStatus::RetryWait => td_string!(i18n.get_locale(), import_state_retry, attempt = "").to_string(),
             _ => describe(i18n, state),
         },
         other => describe(i18n, other),
@@ -371,47 +371,47 @@ fn view(i18n: I18n, lane: Imports) -> impl IntoView {
     };
     view! {
         <section class="card imports" aria-labelledby="import-heading" data-testid="imports">
-            <h2 id="import-heading">{move || t_string!(i18n, import_heading)}</h2>
+            <h2 id="import-heading">{move || td_string!(i18n.get_locale(), import_heading)}</h2>
             <form on:submit=|ev| ev.prevent_default()>
-                <label>{move || t_string!(i18n, dataset)}
+                <label>{move || td_string!(i18n.get_locale(), dataset)}
                     <select name="dataset" data-testid="import-dataset" prop:value=move || lane.dataset.get()
                         on:change=move |ev| lane.dataset.set(event_target_value(&ev))>
-                        <option value="customers">{move || t_string!(i18n, dataset_customers)}</option>
-                        <option value="orders">{move || t_string!(i18n, dataset_orders)}</option>
+                        <option value="customers">{move || td_string!(i18n.get_locale(), dataset_customers)}</option>
+                        <option value="orders">{move || td_string!(i18n.get_locale(), dataset_orders)}</option>
                     </select>
                 </label>
-                <label>{move || t_string!(i18n, import_file)}
+                <label>{move || td_string!(i18n.get_locale(), import_file)}
                     <input type="file" name="file" accept=".csv,text/csv" data-testid="import-file" on:change=on_file
                         disabled=move || lane.uploading.get().is_some()/>
                 </label>
                 {move || lane.uploading.get().map(|(sent, total)| view! {
                     <div class="progress">
                         <progress data-testid="upload-progress" max=total.max(1) value=sent></progress>
-                        <span>{move || t_string!(i18n, upload_progress, sent = human_bytes(i18n, sent), total = human_bytes(i18n, total)).to_string()}</span>
+                        <span>{move || td_string!(i18n.get_locale(), upload_progress, sent = human_bytes(i18n, sent), total = human_bytes(i18n, total)).to_string()}</span>
                     </div>
                 })}
                 {move || lane.chosen.get().map(|c| view! {
                     <p class="note" data-testid="upload-chosen" data-upload=c.upload.upload.clone()>
-                        {move || t_string!(i18n, upload_chosen, name = c.name.clone(), size = human_bytes(i18n, c.upload.bytes)).to_string()}
+                        {move || td_string!(i18n.get_locale(), upload_chosen, name = c.name.clone(), size = human_bytes(i18n, c.upload.bytes)).to_string()}
                     </p>
                 })}
                 <fieldset class="on-error">
-                    <legend>{move || t_string!(i18n, on_error)}</legend>
-                    {on_error_choice(OnError::Abort, |i18n| t_string!(i18n, on_error_abort).to_string())}
-                    {on_error_choice(OnError::SkipInvalid, |i18n| t_string!(i18n, on_error_skip).to_string())}
+                    <legend>{move || td_string!(i18n.get_locale(), on_error)}</legend>
+                    {on_error_choice(OnError::Abort, |i18n| td_string!(i18n.get_locale(), on_error_abort).to_string())}
+                    {on_error_choice(OnError::SkipInvalid, |i18n| td_string!(i18n.get_locale(), on_error_skip).to_string())}
                 </fieldset>
                 <button type="button" data-testid="check-file" disabled=move || !lane.may_send() on:click=move |_| lane.send(ImportMode::DryRun)>
-                    {move || t_string!(i18n, check_file)}
+                    {move || td_string!(i18n.get_locale(), check_file)}
                 </button>
                 " "
                 <button type="button" data-testid="import-apply" disabled=move || !lane.may_send() on:click=move |_| lane.send(ImportMode::Apply)>
-                    {move || t_string!(i18n, import_apply)}
+                    {move || td_string!(i18n.get_locale(), import_apply)}
                 </button>
             </form>
             {move || lane.notice.get().map(|n| {
                 let text = match &n {
                     Notice::Refused(p) | Notice::DownloadRefused(p) => import_problem(i18n, p),
-                    Notice::CannotStore => t_string!(i18n, notice_cannot_store).to_string(),
+                    Notice::CannotStore => td_string!(i18n.get_locale(), notice_cannot_store).to_string(),
                     _ => String::new(),
                 };
                 view! { <p class="notice" role="alert" data-testid="import-notice">{text}</p> }
@@ -430,12 +430,12 @@ fn view(i18n: I18n, lane: Imports) -> impl IntoView {
                 <div class="trouble" role="alert" data-testid="import-trouble">
                     <p>{match &t {
                         Trouble::Refused(p) => import_problem(i18n, p),
-                        Trouble::Unanswered => t_string!(i18n, trouble_unanswered).to_string(),
-                        Trouble::OtherTab => t_string!(i18n, trouble_other_tab).to_string(),
+                        Trouble::Unanswered => td_string!(i18n.get_locale(), trouble_unanswered).to_string(),
+                        Trouble::OtherTab => td_string!(i18n.get_locale(), trouble_other_tab).to_string(),
                     }}</p>
-                    <button type="button" data-testid="import-try-again" on:click=move |_| client::try_again(lane)>{move || t_string!(i18n, try_again)}</button>
+                    <button type="button" data-testid="import-try-again" on:click=move |_| client::try_again(lane)>{move || td_string!(i18n.get_locale(), try_again)}</button>
                     " "
-                    <button type="button" class="secondary" data-testid="import-discard" on:click=move |_| client::discard(lane)>{move || t_string!(i18n, discard)}</button>
+                    <button type="button" class="secondary" data-testid="import-discard" on:click=move |_| client::discard(lane)>{move || td_string!(i18n.get_locale(), discard)}</button>
                 </div>
             })}
         </section>
@@ -457,8 +457,8 @@ fn known(i18n: I18n, lane: Imports, v: ImportView) -> AnyView {
         let expires = r.expires_at.clone();
         view! {
             <p>
-                <button type="button" data-testid="report-download" on:click=move |_| lane.download_report(id.clone())>{move || t_string!(i18n, report_download)}</button>
-                " " <small>{move || t_string!(i18n, report_until, date = date_time(i18n, &expires)).to_string()}</small>
+                <button type="button" data-testid="report-download" on:click=move |_| lane.download_report(id.clone())>{move || td_string!(i18n.get_locale(), report_download)}</button>
+                " " <small>{move || td_string!(i18n.get_locale(), report_until, date = date_time(i18n, &expires)).to_string()}</small>
             </p>
         }
     });
@@ -472,9 +472,9 @@ fn known(i18n: I18n, lane: Imports, v: ImportView) -> AnyView {
             }
         }).collect_view();
         view! {
-            <h3>{move || t_string!(i18n, first_errors)}</h3>
+            <h3>{move || td_string!(i18n.get_locale(), first_errors)}</h3>
             <table class="recent" data-testid="first-errors">
-                <thead><tr><th>{move || t_string!(i18n, col_line)}</th><th>{move || t_string!(i18n, col_column)}</th><th>{move || t_string!(i18n, col_code)}</th><th>{move || t_string!(i18n, col_message)}</th></tr></thead>
+                <thead><tr><th>{move || td_string!(i18n.get_locale(), col_line)}</th><th>{move || td_string!(i18n.get_locale(), col_column)}</th><th>{move || td_string!(i18n.get_locale(), col_code)}</th><th>{move || td_string!(i18n.get_locale(), col_message)}</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>
         }
@@ -485,19 +485,19 @@ fn known(i18n: I18n, lane: Imports, v: ImportView) -> AnyView {
         })}
         {counted.then(|| view! {
             <table class="counts" data-testid="import-counts">
-                {count("rows", |i| t_string!(i, count_rows).to_string(), c.rows)}
-                {count("valid", |i| t_string!(i, count_valid).to_string(), c.valid)}
-                {count("invalid", |i| t_string!(i, count_invalid).to_string(), c.invalid)}
-                {count("created", |i| t_string!(i, count_created).to_string(), c.created)}
-                {count("updated", |i| t_string!(i, count_updated).to_string(), c.updated)}
-                {count("unchanged", |i| t_string!(i, count_unchanged).to_string(), c.unchanged)}
-                {count("applied", |i| t_string!(i, count_applied).to_string(), c.applied)}
+                {count("rows", |i| td_string!(i.get_locale(), count_rows).to_string(), c.rows)}
+                {count("valid", |i| td_string!(i.get_locale(), count_valid).to_string(), c.valid)}
+                {count("invalid", |i| td_string!(i.get_locale(), count_invalid).to_string(), c.invalid)}
+                {count("created", |i| td_string!(i.get_locale(), count_created).to_string(), c.created)}
+                {count("updated", |i| td_string!(i.get_locale(), count_updated).to_string(), c.updated)}
+                {count("unchanged", |i| td_string!(i.get_locale(), count_unchanged).to_string(), c.unchanged)}
+                {count("applied", |i| td_string!(i.get_locale(), count_applied).to_string(), c.applied)}
             </table>
         })}
         {errors}
         {report}
         {cancellable.then(|| view! {
-            <button type="button" class="secondary" data-testid="import-cancel" on:click=move |_| client::cancel(lane)>{move || t_string!(i18n, cancel)}</button>
+            <button type="button" class="secondary" data-testid="import-cancel" on:click=move |_| client::cancel(lane)>{move || td_string!(i18n.get_locale(), cancel)}</button>
         })}
     }
     .into_any()

@@ -1,6 +1,7 @@
 //! exportd's page (Leptos) and the types the browser and the server share.
 
 pub mod intent;
+pub mod language;
 pub mod model;
 pub mod sfn;
 mod page;
@@ -42,9 +43,14 @@ pub fn shell(options: LeptosOptions, stylesheet: std::sync::Arc<str>) -> impl In
     let session = session_json().map(|json| view! { <script type="application/json" id=SESSION_ELEMENT inner_html=json></script> });
     #[cfg(not(feature = "ssr"))]
     let session: Option<()> = None;
+    #[cfg(feature = "ssr")]
+    let locale = language::requested();
+    #[cfg(not(feature = "ssr"))]
+    let locale = i18n::Locale::default();
+    language::provide(locale);
     view! {
         <!DOCTYPE html>
-        <html>
+        <html lang=leptos_i18n::Locale::as_str(locale) dir=leptos_i18n::Locale::direction(locale).as_str()>
             <head>
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
@@ -65,11 +71,10 @@ pub fn shell(options: LeptosOptions, stylesheet: std::sync::Arc<str>) -> impl In
 /// The root component: one page, the export page.
 #[component]
 pub fn App() -> impl IntoView {
+    language::use_language();
     view! {
-        <i18n::I18nContextProvider>
-            <main>
-                <page::ExportPage/>
-            </main>
-        </i18n::I18nContextProvider>
+        <main>
+            <page::ExportPage/>
+        </main>
     }
 }

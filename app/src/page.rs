@@ -8,8 +8,7 @@ use crate::i18n::*;
 use crate::model::{ExportState, ExportStatus, ExportView, PartView, Preset, Problem, ProblemField, SessionView};
 use leptos::prelude::*;
 
-/// The page's translations.
-pub type I18n = leptos_i18n::I18nContext<Locale>;
+pub use crate::language::I18n;
 
 /// Whether the browser knows who is signed in yet.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,23 +127,23 @@ pub const RANGES: [&str; 4] = ["yesterday", "last_7_days", "this_month", "custom
 
 fn range_label(i18n: I18n, value: &str) -> String {
     match value {
-        "yesterday" => t_string!(i18n, range_yesterday).to_string(),
-        "last_7_days" => t_string!(i18n, range_last_7_days).to_string(),
-        "this_month" => t_string!(i18n, range_this_month).to_string(),
-        _ => t_string!(i18n, range_custom).to_string(),
+        "yesterday" => td_string!(i18n.get_locale(), range_yesterday).to_string(),
+        "last_7_days" => td_string!(i18n.get_locale(), range_last_7_days).to_string(),
+        "this_month" => td_string!(i18n.get_locale(), range_this_month).to_string(),
+        _ => td_string!(i18n.get_locale(), range_custom).to_string(),
     }
 }
 
 /// The explanation of a failure, in the page's language when its code is a known one.
 fn failure_reason(i18n: I18n, code: &str, message: &str) -> String {
     match code {
-        "permission_revoked" => t_string!(i18n, failure_permission_revoked).to_string(),
-        "storage_unavailable" => t_string!(i18n, failure_storage_unavailable).to_string(),
-        "worker_lost" => t_string!(i18n, failure_worker_lost).to_string(),
-        "no_worker" => t_string!(i18n, failure_no_worker).to_string(),
-        "stalled" => t_string!(i18n, failure_stalled).to_string(),
-        "invalid_data" => t_string!(i18n, failure_invalid_data).to_string(),
-        "internal" => t_string!(i18n, failure_internal).to_string(),
+        "permission_revoked" => td_string!(i18n.get_locale(), failure_permission_revoked).to_string(),
+        "storage_unavailable" => td_string!(i18n.get_locale(), failure_storage_unavailable).to_string(),
+        "worker_lost" => td_string!(i18n.get_locale(), failure_worker_lost).to_string(),
+        "no_worker" => td_string!(i18n.get_locale(), failure_no_worker).to_string(),
+        "stalled" => td_string!(i18n.get_locale(), failure_stalled).to_string(),
+        "invalid_data" => td_string!(i18n.get_locale(), failure_invalid_data).to_string(),
+        "internal" => td_string!(i18n.get_locale(), failure_internal).to_string(),
         _ => message.to_owned(),
     }
 }
@@ -153,27 +152,27 @@ fn failure_reason(i18n: I18n, code: &str, message: &str) -> String {
 /// server's own words.
 pub fn problem_text(i18n: I18n, p: &Problem) -> String {
     let text = match p.code.as_str() {
-        "network" => t_string!(i18n, problem_network),
-        "bad-response" => t_string!(i18n, problem_bad_response),
-        "unauthenticated" => t_string!(i18n, problem_unauthenticated),
-        "invalid-credentials" => t_string!(i18n, problem_invalid_credentials),
-        "cross-origin" => t_string!(i18n, problem_cross_origin),
-        "export-not-permitted" => t_string!(i18n, problem_export_not_permitted),
-        "permission-revoked" => t_string!(i18n, problem_permission_revoked),
-        "export-not-found" => t_string!(i18n, problem_export_not_found),
-        "export-already-finished" => t_string!(i18n, problem_export_already_finished),
-        "export-not-ready" => t_string!(i18n, problem_export_not_ready),
-        "artifact-expired" => t_string!(i18n, problem_artifact_expired),
-        "invalid-request" => t_string!(i18n, problem_invalid_request),
-        "idempotency-key-reused" => t_string!(i18n, problem_idempotency_key_reused),
-        "too-many-exports" => t_string!(i18n, problem_too_many_exports),
-        "rate-limited" => t_string!(i18n, problem_rate_limited),
-        "busy" | "not-ready" => t_string!(i18n, problem_busy),
-        "creation-paused" => t_string!(i18n, problem_creation_paused),
-        "internal" => t_string!(i18n, problem_internal),
-        "malformed-json" | "body-too-large" => t_string!(i18n, problem_malformed),
-        "request-timeout" => t_string!(i18n, problem_request_timeout),
-        "link-invalid" | "link-expired" => t_string!(i18n, problem_link),
+        "network" => td_string!(i18n.get_locale(), problem_network),
+        "bad-response" => td_string!(i18n.get_locale(), problem_bad_response),
+        "unauthenticated" => td_string!(i18n.get_locale(), problem_unauthenticated),
+        "invalid-credentials" => td_string!(i18n.get_locale(), problem_invalid_credentials),
+        "cross-origin" => td_string!(i18n.get_locale(), problem_cross_origin),
+        "export-not-permitted" => td_string!(i18n.get_locale(), problem_export_not_permitted),
+        "permission-revoked" => td_string!(i18n.get_locale(), problem_permission_revoked),
+        "export-not-found" => td_string!(i18n.get_locale(), problem_export_not_found),
+        "export-already-finished" => td_string!(i18n.get_locale(), problem_export_already_finished),
+        "export-not-ready" => td_string!(i18n.get_locale(), problem_export_not_ready),
+        "artifact-expired" => td_string!(i18n.get_locale(), problem_artifact_expired),
+        "invalid-request" => td_string!(i18n.get_locale(), problem_invalid_request),
+        "idempotency-key-reused" => td_string!(i18n.get_locale(), problem_idempotency_key_reused),
+        "too-many-exports" => td_string!(i18n.get_locale(), problem_too_many_exports),
+        "rate-limited" => td_string!(i18n.get_locale(), problem_rate_limited),
+        "busy" | "not-ready" => td_string!(i18n.get_locale(), problem_busy),
+        "creation-paused" => td_string!(i18n.get_locale(), problem_creation_paused),
+        "internal" => td_string!(i18n.get_locale(), problem_internal),
+        "malformed-json" | "body-too-large" => td_string!(i18n.get_locale(), problem_malformed),
+        "request-timeout" => td_string!(i18n.get_locale(), problem_request_timeout),
+        "link-invalid" | "link-expired" => td_string!(i18n.get_locale(), problem_link),
         _ => return p.detail.as_ref().map(|d| format!("{}: {d}", p.title)).unwrap_or_else(|| p.title.clone()),
     };
     text.to_string()
@@ -182,10 +181,10 @@ pub fn problem_text(i18n: I18n, p: &Problem) -> String {
 /// A notice in the page's language.
 fn notice_text(i18n: I18n, notice: &Notice) -> String {
     match notice {
-        Notice::Unreachable => t_string!(i18n, notice_unreachable).to_string(),
-        Notice::SessionEnded => t_string!(i18n, notice_session_ended).to_string(),
-        Notice::CannotStore => t_string!(i18n, notice_cannot_store).to_string(),
-        Notice::DownloadRefused(p) => t_string!(i18n, notice_download_refused, reason = problem_text(i18n, p)).to_string(),
+        Notice::Unreachable => td_string!(i18n.get_locale(), notice_unreachable).to_string(),
+        Notice::SessionEnded => td_string!(i18n.get_locale(), notice_session_ended).to_string(),
+        Notice::CannotStore => td_string!(i18n.get_locale(), notice_cannot_store).to_string(),
+        Notice::DownloadRefused(p) => td_string!(i18n.get_locale(), notice_download_refused, reason = problem_text(i18n, p)).to_string(),
         Notice::Refused(p) => problem_text(i18n, p),
     }
 }
@@ -193,9 +192,9 @@ fn notice_text(i18n: I18n, notice: &Notice) -> String {
 /// A trouble in the page's language.
 fn trouble_text(i18n: I18n, trouble: &Trouble) -> String {
     match trouble {
-        Trouble::Unanswered => t_string!(i18n, trouble_unanswered).to_string(),
-        Trouble::Refused(p) => t_string!(i18n, trouble_refused, reason = problem_text(i18n, p)).to_string(),
-        Trouble::OtherTab => t_string!(i18n, trouble_other_tab).to_string(),
+        Trouble::Unanswered => td_string!(i18n.get_locale(), trouble_unanswered).to_string(),
+        Trouble::Refused(p) => td_string!(i18n.get_locale(), trouble_refused, reason = problem_text(i18n, p)).to_string(),
+        Trouble::OtherTab => td_string!(i18n.get_locale(), trouble_other_tab).to_string(),
     }
 }
 
@@ -205,10 +204,10 @@ pub const ORDER_STATUSES: [&str; 4] = ["paid", "pending", "refunded", "cancelled
 /// An order status's label in the page's language; the value sent stays the report's name.
 fn order_status_label(i18n: I18n, status: &str) -> String {
     match status {
-        "paid" => t_string!(i18n, order_paid).to_string(),
-        "pending" => t_string!(i18n, order_pending).to_string(),
-        "refunded" => t_string!(i18n, order_refunded).to_string(),
-        "cancelled" => t_string!(i18n, order_cancelled).to_string(),
+        "paid" => td_string!(i18n.get_locale(), order_paid).to_string(),
+        "pending" => td_string!(i18n.get_locale(), order_pending).to_string(),
+        "refunded" => td_string!(i18n.get_locale(), order_refunded).to_string(),
+        "cancelled" => td_string!(i18n.get_locale(), order_cancelled).to_string(),
         other => other.to_owned(),
     }
 }
@@ -216,22 +215,22 @@ fn order_status_label(i18n: I18n, status: &str) -> String {
 /// An operation's status, as the recent list names it in the page's language.
 fn status_label(i18n: I18n, status: ExportStatus) -> String {
     match status {
-        ExportStatus::Queued => t_string!(i18n, status_queued).to_string(),
-        ExportStatus::Running => t_string!(i18n, status_running).to_string(),
-        ExportStatus::RetryWait => t_string!(i18n, status_retry_wait).to_string(),
-        ExportStatus::CancelRequested => t_string!(i18n, status_cancel_requested).to_string(),
-        ExportStatus::Cancelled => t_string!(i18n, status_cancelled).to_string(),
-        ExportStatus::Ready => t_string!(i18n, status_ready).to_string(),
-        ExportStatus::Failed => t_string!(i18n, status_failed).to_string(),
+        ExportStatus::Queued => td_string!(i18n.get_locale(), status_queued).to_string(),
+        ExportStatus::Running => td_string!(i18n.get_locale(), status_running).to_string(),
+        ExportStatus::RetryWait => td_string!(i18n.get_locale(), status_retry_wait).to_string(),
+        ExportStatus::CancelRequested => td_string!(i18n.get_locale(), status_cancel_requested).to_string(),
+        ExportStatus::Cancelled => td_string!(i18n.get_locale(), status_cancelled).to_string(),
+        ExportStatus::Ready => td_string!(i18n.get_locale(), status_ready).to_string(),
+        ExportStatus::Failed => td_string!(i18n.get_locale(), status_failed).to_string(),
     }
 }
 
 /// A role's name in the page's language.
 fn role_label(i18n: I18n, role: &str) -> String {
     match role {
-        "admin" => t_string!(i18n, role_admin).to_string(),
-        "analyst" => t_string!(i18n, role_analyst).to_string(),
-        "viewer" => t_string!(i18n, role_viewer).to_string(),
+        "admin" => td_string!(i18n.get_locale(), role_admin).to_string(),
+        "analyst" => td_string!(i18n.get_locale(), role_analyst).to_string(),
+        "viewer" => td_string!(i18n.get_locale(), role_viewer).to_string(),
         other => other.to_owned(),
     }
 }
@@ -353,39 +352,39 @@ pub fn human_bytes(i18n: I18n, bytes: i64) -> String {
     const KIB: f64 = 1024.0;
     let b = bytes as f64;
     if b < KIB {
-        t_string!(i18n, bytes_b, n = number(i18n, bytes)).to_string()
+        td_string!(i18n.get_locale(), bytes_b, n = number(i18n, bytes)).to_string()
     } else if b < KIB * KIB {
-        t_string!(i18n, bytes_kib, n = decimal(i18n, b / KIB, 1)).to_string()
+        td_string!(i18n.get_locale(), bytes_kib, n = decimal(i18n, b / KIB, 1)).to_string()
     } else {
-        t_string!(i18n, bytes_mib, n = decimal(i18n, b / (KIB * KIB), 1)).to_string()
+        td_string!(i18n.get_locale(), bytes_mib, n = decimal(i18n, b / (KIB * KIB), 1)).to_string()
     }
 }
 
 /// The sentence that explains a state, in the page's language.
 pub fn describe(i18n: I18n, state: &ExportState, retry_in: Option<i64>) -> String {
     match state {
-        ExportState::Idle => t_string!(i18n, state_idle).to_string(),
-        ExportState::Submitting => t_string!(i18n, state_submitting).to_string(),
-        ExportState::Resuming => t_string!(i18n, state_resuming).to_string(),
-        ExportState::Queued => t_string!(i18n, state_queued).to_string(),
+        ExportState::Idle => td_string!(i18n.get_locale(), state_idle).to_string(),
+        ExportState::Submitting => td_string!(i18n.get_locale(), state_submitting).to_string(),
+        ExportState::Resuming => td_string!(i18n.get_locale(), state_resuming).to_string(),
+        ExportState::Queued => td_string!(i18n.get_locale(), state_queued).to_string(),
         ExportState::Running { rows_written, rows_total, .. } => match rows_total {
-            Some(total) => t_string!(i18n, state_running_total, written = number(i18n, *rows_written), total = number(i18n, *total)).to_string(),
-            None => t_string!(i18n, state_running, written = number(i18n, *rows_written)).to_string(),
+            Some(total) => td_string!(i18n.get_locale(), state_running_total, written = number(i18n, *rows_written), total = number(i18n, *total)).to_string(),
+            None => td_string!(i18n.get_locale(), state_running, written = number(i18n, *rows_written)).to_string(),
         },
         ExportState::RetryWait { attempt, .. } => match retry_in {
-            Some(seconds) if seconds > 0 => t_string!(i18n, state_retry_in, attempt = number(i18n, i64::from(*attempt)), seconds = number(i18n, seconds)).to_string(),
-            _ => t_string!(i18n, state_retry_now, attempt = number(i18n, i64::from(*attempt))).to_string(),
+            Some(seconds) if seconds > 0 => td_string!(i18n.get_locale(), state_retry_in, attempt = number(i18n, i64::from(*attempt)), seconds = number(i18n, seconds)).to_string(),
+            _ => td_string!(i18n.get_locale(), state_retry_now, attempt = number(i18n, i64::from(*attempt))).to_string(),
         },
-        ExportState::CancelRequested => t_string!(i18n, state_cancel_requested).to_string(),
-        ExportState::Cancelled => t_string!(i18n, state_cancelled).to_string(),
-        ExportState::Ready { rows, bytes, .. } => t_string!(i18n, state_ready, rows = number(i18n, *rows), size = human_bytes(i18n, *bytes)).to_string(),
-        ExportState::Expired => t_string!(i18n, state_expired).to_string(),
+        ExportState::CancelRequested => td_string!(i18n.get_locale(), state_cancel_requested).to_string(),
+        ExportState::Cancelled => td_string!(i18n.get_locale(), state_cancelled).to_string(),
+        ExportState::Ready { rows, bytes, .. } => td_string!(i18n.get_locale(), state_ready, rows = number(i18n, *rows), size = human_bytes(i18n, *bytes)).to_string(),
+        ExportState::Expired => td_string!(i18n.get_locale(), state_expired).to_string(),
         ExportState::Failed { code, message, retryable, .. } => {
             let reason = failure_reason(i18n, code, message);
             if *retryable {
-                t_string!(i18n, state_failed_retryable, reason = reason).to_string()
+                td_string!(i18n.get_locale(), state_failed_retryable, reason = reason).to_string()
             } else {
-                t_string!(i18n, state_failed, reason = reason).to_string()
+                td_string!(i18n.get_locale(), state_failed, reason = reason).to_string()
             }
         }
     }
@@ -396,9 +395,9 @@ pub fn describe(i18n: I18n, state: &ExportState, retry_in: Option<i64>) -> Strin
 pub fn announcement(i18n: I18n, state: &ExportState) -> String {
     match state {
         ExportState::Idle => String::new(),
-        ExportState::Running { .. } => t_string!(i18n, announce_running).to_string(),
-        ExportState::RetryWait { .. } => t_string!(i18n, announce_retry_wait).to_string(),
-        ExportState::Ready { .. } => t_string!(i18n, announce_ready).to_string(),
+        ExportState::Running { .. } => td_string!(i18n.get_locale(), announce_running).to_string(),
+        ExportState::RetryWait { .. } => td_string!(i18n.get_locale(), announce_retry_wait).to_string(),
+        ExportState::Ready { .. } => td_string!(i18n.get_locale(), announce_ready).to_string(),
         other => describe(i18n, other, None),
     }
 }
@@ -418,7 +417,7 @@ const FIELD_POINTERS: [&str; 8] =
 /// The one page of the app.
 #[component]
 pub fn ExportPage() -> impl IntoView {
-    let i18n = use_i18n();
+    let i18n = crate::language::use_language();
     let form = FormSignals {
         report: RwSignal::new("orders".to_owned()),
         range: RwSignal::new("last_7_days".to_owned()),
@@ -499,18 +498,18 @@ pub fn ExportPage() -> impl IntoView {
     let login_form = move || {
         view! {
             <form class="card" on:submit=on_login data-testid="login-form">
-                <h2>{move || t_string!(i18n, sign_in)}</h2>
-                <label>{move || t_string!(i18n, email)}
+                <h2>{move || td_string!(i18n.get_locale(), sign_in)}</h2>
+                <label>{move || td_string!(i18n.get_locale(), email)}
                     <input type="email" name="email" autocomplete="username" required=true
                         prop:value=move || email.get()
                         on:input=move |ev| email.set(event_target_value(&ev))/>
                 </label>
-                <label>{move || t_string!(i18n, password)}
+                <label>{move || td_string!(i18n.get_locale(), password)}
                     <input type="password" name="password" autocomplete="current-password" required=true
                         prop:value=move || password.get()
                         on:input=move |ev| password.set(event_target_value(&ev))/>
                 </label>
-                <button type="submit" data-testid="sign-in">{move || t_string!(i18n, sign_in)}</button>
+                <button type="submit" data-testid="sign-in">{move || td_string!(i18n.get_locale(), sign_in)}</button>
             </form>
         }
     };
@@ -524,18 +523,18 @@ pub fn ExportPage() -> impl IntoView {
         };
         view! {
             <form class="card export-form" on:submit=on_export data-testid="export-form" novalidate=true>
-                <h2>{move || t_string!(i18n, export_heading)}</h2>
+                <h2>{move || td_string!(i18n.get_locale(), export_heading)}</h2>
                 <ul class="field-errors" data-testid="form-errors">{general_errors}</ul>
                 <div class="row">
-                    <label>{move || t_string!(i18n, report)}
+                    <label>{move || td_string!(i18n.get_locale(), report)}
                         <select name="report" prop:value=move || f.report.get()
                             on:change=move |ev| f.report.set(event_target_value(&ev))>
-                            <option value="orders">{move || t_string!(i18n, report_orders)}</option>
-                            <option value="customers">{move || t_string!(i18n, report_customers)}</option>
+                            <option value="orders">{move || td_string!(i18n.get_locale(), report_orders)}</option>
+                            <option value="customers">{move || td_string!(i18n.get_locale(), report_customers)}</option>
                         </select>
                         {field_error(f.errors, "/report", "report")}
                     </label>
-                    <label>{move || t_string!(i18n, range)}
+                    <label>{move || td_string!(i18n.get_locale(), range)}
                         <select name="range" prop:value=move || f.range.get()
                             on:change=move |ev| f.range.set(event_target_value(&ev))>
                             {RANGES.iter().map(|value| view! { <option value=*value>{move || range_label(i18n, value)}</option> }).collect_view()}
@@ -544,13 +543,13 @@ pub fn ExportPage() -> impl IntoView {
                 </div>
                 {move || (f.range.get() == "custom").then(|| view! {
                     <div class="row">
-                        <label>{move || t_string!(i18n, from)}
+                        <label>{move || td_string!(i18n.get_locale(), from)}
                             <input type="date" name="from" prop:value=move || f.from.get()
                                 aria-describedby="error-from"
                                 on:input=move |ev| f.from.set(event_target_value(&ev))/>
                             {field_error(f.errors, "/time_range/from", "from")}
                         </label>
-                        <label>{move || t_string!(i18n, to)}
+                        <label>{move || td_string!(i18n.get_locale(), to)}
                             <input type="date" name="to" prop:value=move || f.to.get()
                                 aria-describedby="error-to"
                                 on:input=move |ev| f.to.set(event_target_value(&ev))/>
@@ -558,16 +557,16 @@ pub fn ExportPage() -> impl IntoView {
                         </label>
                     </div>
                 })}
-                <label>{move || t_string!(i18n, timezone)}
+                <label>{move || td_string!(i18n.get_locale(), timezone)}
                     <input type="text" name="timezone" prop:value=move || f.timezone.get()
                         aria-describedby="error-timezone"
                         on:input=move |ev| f.timezone.set(event_target_value(&ev))/>
                     {field_error(f.errors, "/timezone", "timezone")}
                 </label>
                 <fieldset class="filters">
-                    <legend>{move || t_string!(i18n, filters)}</legend>
+                    <legend>{move || td_string!(i18n.get_locale(), filters)}</legend>
                     {move || (f.report.get() == "orders").then(|| view! {
-                        <div class="statuses" role="group" aria-label=move || t_string!(i18n, status_filter).to_string()>
+                        <div class="statuses" role="group" aria-label=move || td_string!(i18n.get_locale(), status_filter).to_string()>
                             {ORDER_STATUSES.iter().map(|st| {
                                 let st = *st;
                                 view! {
@@ -585,19 +584,19 @@ pub fn ExportPage() -> impl IntoView {
                             {field_error(f.errors, "/filters/status", "status")}
                         </div>
                     })}
-                    <label>{move || t_string!(i18n, countries)}
+                    <label>{move || td_string!(i18n.get_locale(), countries)}
                         <input type="text" name="country" prop:value=move || f.countries.get()
                             on:input=move |ev| f.countries.set(event_target_value(&ev))/>
                         {field_error(f.errors, "/filters/country", "country")}
                     </label>
                     {move || (f.report.get() == "orders").then(|| view! {
                         <div class="row">
-                            <label>{move || t_string!(i18n, min_total)}
+                            <label>{move || td_string!(i18n.get_locale(), min_total)}
                                 <input type="number" name="min_total" step="0.01" prop:value=move || f.min_total.get()
                                     on:input=move |ev| f.min_total.set(event_target_value(&ev))/>
                                 {field_error(f.errors, "/filters/min_total", "min_total")}
                             </label>
-                            <label>{move || t_string!(i18n, max_total)}
+                            <label>{move || td_string!(i18n.get_locale(), max_total)}
                                 <input type="number" name="max_total" step="0.01" prop:value=move || f.max_total.get()
                                     on:input=move |ev| f.max_total.set(event_target_value(&ev))/>
                                 {field_error(f.errors, "/filters/max_total", "max_total")}
@@ -609,22 +608,22 @@ pub fn ExportPage() -> impl IntoView {
                 <label class="check">
                     <input type="checkbox" name="bom" prop:checked=move || f.bom.get()
                         on:change=move |ev| f.bom.set(event_target_checked(&ev))/>
-                    {move || t_string!(i18n, bom)}
+                    {move || td_string!(i18n.get_locale(), bom)}
                 </label>
                 <label class="check">
                     <input type="checkbox" name="consistency" value="checkpointed" prop:checked=move || f.checkpointed.get()
                         on:change=move |ev| f.checkpointed.set(event_target_checked(&ev))/>
-                    {move || t_string!(i18n, checkpointed)}
+                    {move || td_string!(i18n.get_locale(), checkpointed)}
                 </label>
                 <label class="check">
                     <input type="checkbox" name="compression" value="gzip" prop:checked=move || f.gzip.get()
                         on:change=move |ev| f.gzip.set(event_target_checked(&ev))/>
-                    {move || t_string!(i18n, gzip)}
+                    {move || td_string!(i18n.get_locale(), gzip)}
                 </label>
                 </div>
-                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled() || s.trouble.get().is_some() || !s.session.get().may_export()>{move || t_string!(i18n, export)}</button>
+                <button type="submit" data-testid="export" disabled=move || !s.state.get().is_settled() || s.trouble.get().is_some() || !s.session.get().may_export()>{move || td_string!(i18n.get_locale(), export)}</button>
                 {move || (matches!(s.session.get(), SessionState::SignedIn(_)) && !s.session.get().may_export())
-                    .then(|| view! { <p class="note" data-testid="viewer-note">{move || t_string!(i18n, viewer_note)}</p> })}
+                    .then(|| view! { <p class="note" data-testid="viewer-note">{move || td_string!(i18n.get_locale(), viewer_note)}</p> })}
             </form>
         }
     };
@@ -633,7 +632,7 @@ pub fn ExportPage() -> impl IntoView {
         let state = s.state;
         view! {
             <section class="card" aria-labelledby="status-heading">
-                <h2 id="status-heading">{move || t_string!(i18n, current_export)}</h2>
+                <h2 id="status-heading">{move || td_string!(i18n.get_locale(), current_export)}</h2>
                 // The live region announces changes of state only; the status itself (its rows,
                 // countdown and size) is read when the user goes to it. A text node is written
                 // only when its text changes, so a poll that changes numbers alone says nothing.
@@ -647,12 +646,12 @@ pub fn ExportPage() -> impl IntoView {
                         <div class="progress">
                             // Without a total the bar has no value: indeterminate, not full.
                             <progress data-testid="progress" max=rows_total.map(|t| t.max(1)) value=rows_total.map(|_| rows_written)
-                                aria-label=move || t_string!(i18n, rows_written_label).to_string()></progress>
-                            <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| t_string!(i18n, rows_per_sec, rate = number(i18n, r)).to_string()).unwrap_or_default()}</span>
+                                aria-label=move || td_string!(i18n.get_locale(), rows_written_label).to_string()></progress>
+                            <span data-testid="rate">{move || s.rows_per_sec.get().map(|r| td_string!(i18n.get_locale(), rows_per_sec, rate = number(i18n, r)).to_string()).unwrap_or_default()}</span>
                             {parts_done.map(|done| view! {
                                 <span data-testid="parts-progress" data-done=done data-expected=parts_expected.unwrap_or_default()>{move || match parts_expected {
-                                    Some(expected) => t_string!(i18n, parts_progress_total, done = number(i18n, done), expected = number(i18n, expected)).to_string(),
-                                    None => t_string!(i18n, parts_progress, done = number(i18n, done)).to_string(),
+                                    Some(expected) => td_string!(i18n.get_locale(), parts_progress_total, done = number(i18n, done), expected = number(i18n, expected)).to_string(),
+                                    None => td_string!(i18n.get_locale(), parts_progress, done = number(i18n, done)).to_string(),
                                 }}</span>
                             })}
                         </div>
@@ -661,33 +660,33 @@ pub fn ExportPage() -> impl IntoView {
                         let may = s.session.get().may_export();
                         let one_file = parts.is_empty();
                         view! {
-                            <p class="digest">{move || t_string!(i18n, digest)} " " <code data-testid="sha256">{sha256}</code></p>
+                            <p class="digest">{move || td_string!(i18n.get_locale(), digest)} " " <code data-testid="sha256">{sha256}</code></p>
                             {may.then(|| view! {
                                 <button type="button" data-testid="download" on:click=on_download>
-                                    {move || if one_file { t_string!(i18n, download) } else { t_string!(i18n, download_bundle) }}
+                                    {move || if one_file { td_string!(i18n.get_locale(), download) } else { td_string!(i18n.get_locale(), download_bundle) }}
                                 </button>
                             })}
                             {(may && !parts.is_empty()).then(|| parts_view(i18n, s, parts))}
                         }
                     }.into_any()),
                     ExportState::Failed { code, support_ref, retryable, .. } => Some(view! {
-                        <p class="reason">{move || t_string!(i18n, reason)} " " <code data-testid="failure-code">{code}</code>
-                            {support_ref.map(|r| view! { " · " {move || t_string!(i18n, support_ref)} " " <code data-testid="support-ref">{r}</code> })}
+                        <p class="reason">{move || td_string!(i18n.get_locale(), reason)} " " <code data-testid="failure-code">{code}</code>
+                            {support_ref.map(|r| view! { " · " {move || td_string!(i18n.get_locale(), support_ref)} " " <code data-testid="support-ref">{r}</code> })}
                         </p>
-                        {retryable.then(|| view! { <button type="button" data-testid="retry" on:click=on_retry>{move || t_string!(i18n, retry)}</button> })}
+                        {retryable.then(|| view! { <button type="button" data-testid="retry" on:click=on_retry>{move || td_string!(i18n.get_locale(), retry)}</button> })}
                     }.into_any()),
                     _ => None,
                 }}
                 {move || s.trouble.get().map(|t| view! {
                     <div class="trouble" role="alert" data-testid="trouble">
                         <p>{trouble_text(i18n, &t)}</p>
-                        <button type="button" data-testid="try-again" on:click=on_try_again>{move || t_string!(i18n, try_again)}</button>
+                        <button type="button" data-testid="try-again" on:click=on_try_again>{move || td_string!(i18n.get_locale(), try_again)}</button>
                         " "
-                        <button type="button" class="secondary" data-testid="discard" on:click=on_discard>{move || t_string!(i18n, discard)}</button>
+                        <button type="button" class="secondary" data-testid="discard" on:click=on_discard>{move || td_string!(i18n.get_locale(), discard)}</button>
                     </div>
                 })}
                 {move || (state.get().is_cancellable()).then(|| view! {
-                    <button type="button" class="secondary" data-testid="cancel" on:click=on_cancel>{move || t_string!(i18n, cancel)}</button>
+                    <button type="button" class="secondary" data-testid="cancel" on:click=on_cancel>{move || td_string!(i18n.get_locale(), cancel)}</button>
                 })}
             </section>
         }
@@ -696,9 +695,9 @@ pub fn ExportPage() -> impl IntoView {
     let recent_view = move || {
         view! {
             <section class="card" aria-labelledby="recent-heading">
-                <h2 id="recent-heading">{move || t_string!(i18n, recent)}</h2>
+                <h2 id="recent-heading">{move || td_string!(i18n.get_locale(), recent)}</h2>
                 <table class="recent" data-testid="recent">
-                    <thead><tr><th>{move || t_string!(i18n, col_status)}</th><th>{move || t_string!(i18n, col_range)}</th><th>{move || t_string!(i18n, col_rows)}</th><th>{move || t_string!(i18n, col_created)}</th><th></th></tr></thead>
+                    <thead><tr><th>{move || td_string!(i18n.get_locale(), col_status)}</th><th>{move || td_string!(i18n.get_locale(), col_range)}</th><th>{move || td_string!(i18n.get_locale(), col_rows)}</th><th>{move || td_string!(i18n.get_locale(), col_created)}</th><th></th></tr></thead>
                     <tbody>
                         // Rebuilt whole when the list changes (after an export settles, on More):
                         // a keyed list's diffing would cost more wasm than it saves here.
@@ -706,7 +705,7 @@ pub fn ExportPage() -> impl IntoView {
                     </tbody>
                 </table>
                 {move || (s.next_cursor.get().is_some()).then(|| view! {
-                    <button type="button" class="secondary" data-testid="more" on:click=on_more>{move || t_string!(i18n, more)}</button>
+                    <button type="button" class="secondary" data-testid="more" on:click=on_more>{move || td_string!(i18n.get_locale(), more)}</button>
                 })}
             </section>
         }
@@ -724,7 +723,7 @@ pub fn ExportPage() -> impl IntoView {
                     #[cfg(feature = "hydrate")]
                     crate::client::remember_locale(next.as_str());
                 }>
-                {move || t_string!(i18n, language_switch)}
+                {move || td_string!(i18n.get_locale(), language_switch)}
             </button>
             {move || match s.session.get() {
                 SessionState::SignedIn(who) => Some(view! {
@@ -732,7 +731,7 @@ pub fn ExportPage() -> impl IntoView {
                     <p class="who">
                         <strong><bdi data-testid="who">{who.email.clone()}</bdi></strong>
                         " (" <span data-testid="role">{role_label(i18n, &who.role)}</span> ", " <bdi>{who.tenant.clone()}</bdi> ") "
-                        <button class="link" data-testid="sign-out" on:click=on_logout>{move || t_string!(i18n, sign_out)}</button>
+                        <button class="link" data-testid="sign-out" on:click=on_logout>{move || td_string!(i18n.get_locale(), sign_out)}</button>
                     </p>
                 }),
                 _ => None,
@@ -740,7 +739,7 @@ pub fn ExportPage() -> impl IntoView {
         </header>
         {move || s.notice.get().map(|n| view! { <p class="notice" role="alert" data-testid="notice">{notice_text(i18n, &n)}</p> })}
         {move || match s.session.get() {
-            SessionState::Unknown => view! { <p data-testid="loading">{move || t_string!(i18n, loading)}</p> }.into_any(),
+            SessionState::Unknown => view! { <p data-testid="loading">{move || td_string!(i18n.get_locale(), loading)}</p> }.into_any(),
             SessionState::SignedOut => login_form().into_any(),
             SessionState::SignedIn(_) => view! { {form_view()} {status_view()} {recent_view()} {imports_view(i18n, s)} }.into_any(),
         }}
@@ -807,7 +806,7 @@ fn imports_view(i18n: I18n, s: PageSignals) -> impl IntoView {
 fn parts_view(i18n: I18n, s: PageSignals, parts: Vec<PartView>) -> impl IntoView {
     view! {
         <details class="parts" data-testid="parts">
-            <summary>{move || t_string!(i18n, parts_heading)}</summary>
+            <summary>{move || td_string!(i18n.get_locale(), parts_heading)}</summary>
             <ol>
                 {parts.into_iter().map(|p| {
                     let index = p.index as i32;
@@ -822,9 +821,9 @@ fn parts_view(i18n: I18n, s: PageSignals, parts: Vec<PartView>) -> impl IntoView
                     view! {
                         <li>
                             <button type="button" class="link" data-testid="part-download" data-part=index on:click=on_click>
-                                {move || t_string!(i18n, part_download, index = number(i18n, i64::from(index))).to_string()}
+                                {move || td_string!(i18n.get_locale(), part_download, index = number(i18n, i64::from(index))).to_string()}
                             </button>
-                            " " {move || t_string!(i18n, part_rows, rows = number(i18n, p.rows), size = human_bytes(i18n, p.bytes)).to_string()}
+                            " " {move || td_string!(i18n.get_locale(), part_rows, rows = number(i18n, p.rows), size = human_bytes(i18n, p.bytes)).to_string()}
                         </li>
                     }
                 }).collect_view()}
@@ -849,7 +848,7 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
             #[cfg(not(feature = "hydrate"))]
             let _ = (&s, &id);
         };
-        view! { <button type="button" class="link" data-testid="recent-download" on:click=on_click>{move || t_string!(i18n, recent_download)}</button> }
+        view! { <button type="button" class="link" data-testid="recent-download" on:click=on_click>{move || td_string!(i18n.get_locale(), recent_download)}</button> }
     });
     let reason = match &state {
         ExportState::Failed { code, message, .. } => Some(failure_reason(i18n, code, message)),
@@ -858,7 +857,7 @@ fn recent_row(i18n: I18n, s: PageSignals, v: ExportView) -> impl IntoView {
     view! {
         <tr data-testid="recent-row" data-op=v.id.clone() data-state=state.name()>
             // A ready export whose file has expired is listed as expired, like the status shows it.
-            <td>{move || if expired { t_string!(i18n, status_expired).to_string() } else { status_label(i18n, status) }}</td>
+            <td>{move || if expired { td_string!(i18n.get_locale(), status_expired).to_string() } else { status_label(i18n, status) }}</td>
             <td>{range}</td>
             <td>{move || number(i18n, rows)}</td>
             <td>{move || date_time(i18n, &created_at)}</td>
