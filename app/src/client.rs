@@ -333,12 +333,12 @@ async fn fetch_answer(method: &str, path: &str, json: Option<String>) -> Result<
     Ok(Answer { status: resp.status(), body: js_sys::Uint8Array::new(&body).to_vec() })
 }
 
-/// Remembers the page's language for the server's next render: leptos_i18n's cookie, written
-/// here so that the browser build carries no cookie library (the server reads it).
+/// Remembers the page's language for the server's next render: the language cookie, written
+/// here so that the browser build carries no cookie library (`language::requested_by` reads it).
 pub fn remember_locale(tag: &str) {
     let document = web_sys::window().and_then(|w| w.document()).and_then(|d| d.dyn_into::<web_sys::HtmlDocument>().ok());
     if let Some(document) = document {
-        let _ = document.set_cookie(&format!("i18n_pref_locale={tag}; path=/; max-age=31536000; samesite=lax"));
+        let _ = document.set_cookie(&format!("{}={tag}; path=/; max-age=31536000; samesite=lax", crate::language::COOKIE));
     }
 }
 

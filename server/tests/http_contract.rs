@@ -87,6 +87,40 @@ async fn the_page_may_not_be_framed_by_another_site_and_a_wrong_method_anywhere_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_is_rendered_in_the_language_asked_for_and_never_rewrites_the_language_cookie() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    // No cookie store: each request carries only the headers given here.
+    let client = reqwest::Client::new();
+    let cases = [
+        (None, None, "en", "ltr"),
+        (None, Some("ar-SA,ar;q=0.9,en;q=0.8"), "ar", "rtl"),
+        (None, Some("en;q=0.2, ar"), "ar", "rtl"),
+        (Some("i18n_pref_locale=ar"), Some("en-US"), "ar", "rtl"),
+        (Some("exportd_session=x; i18n_pref_locale=en"), Some("ar"), "en", "ltr"),
+    ];
+    for (cookie, accept, lang, dir) in cases {
+        let mut request = client.get(app.url("/"));
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        if let Some(accept) = accept {
+            request = request.header("accept-language", accept);
+        }
+        let page = request.send().await.unwrap();
+        assert_eq!(page.status(), 200);
+        // The switch writes the cookie for a year; a render that sent it back without Max-Age
+        // (old code: `set-cookie: i18n_pref_locale=ar`) made the choice end with the browser's
+        // session.
+        let rewritten: Vec<_> = page.headers().get_all("set-cookie").iter().filter(|v| v.to_str().unwrap_or("").starts_with("i18n_pref_locale")).collect();
+        assert!(rewritten.is_empty(), "{cookie:?} {accept:?}: {rewritten:?}");
+        let body = page.text().await.unwrap();
+        let html = format!(r#"<html lang="{lang}" dir="{dir}">"#);
+        assert!(body.contains(&html), "{cookie:?} {accept:?}: wanted {html} in {}", &body[..body.len().min(300)]);
+    }
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_sessions_and_idle_throttle_rows_are_purged_by_the_janitor() {
     let app = TestApp::spawn(Backend::Sqlite).await;
     let _bob = app.login("bob@acme.test").await;
