@@ -308,20 +308,30 @@ impl Answer {
     }
 }
 
-/// Calls the server (the REST API's `/api/session`, and `create_export`) with the page's cookie,
-/// through the browser's `fetch`; `Err` when no answer came within `CALL_TIMEOUT_MS`.
+/// Calls the server (the REST API's session, and every server function through `call_sfn`) with
+/// the page's cookie, through the browser's `fetch`; `Err` when no answer came within
+/// `CALL_TIMEOUT_MS`, and then the request is aborted, so calls to a server that hangs do not
+/// pile up on the browser's few connections to it.
 async fn call_api(method: &str, path: &str, json: Option<String>) -> Result<Answer, JsValue> {
-    match first(Box::pin(fetch_answer(method, path, json)), TimeoutFuture::new(CALL_TIMEOUT_MS)).await {
+    let abort = web_sys::AbortController::new().ok();
+    let sent = fetch_answer(method, path, json, abort.as_ref().map(|a| a.signal()));
+    match first(Box::pin(sent), TimeoutFuture::new(CALL_TIMEOUT_MS)).await {
         Ok(answer) => answer,
-        Err(()) => Err(JsValue::NULL),
+        Err(()) => {
+            if let Some(abort) = abort {
+                abort.abort();
+            }
+            Err(JsValue::NULL)
+        }
     }
 }
 
-async fn fetch_answer(method: &str, path: &str, json: Option<String>) -> Result<Answer, JsValue> {
+async fn fetch_answer(method: &str, path: &str, json: Option<String>, signal: Option<web_sys::AbortSignal>) -> Result<Answer, JsValue> {
     use wasm_bindgen_futures::JsFuture;
     let window = web_sys::window().ok_or(JsValue::NULL)?;
     let init = web_sys::RequestInit::new();
     init.set_method(method);
+    init.set_signal(signal.as_ref());
     if let Some(json) = json {
         let headers = web_sys::Headers::new()?;
         headers.set("content-type", "application/json")?;
@@ -509,8 +519,6 @@ pub(crate) struct LaneTab {
     drives: Drives,
     driven: std::cell::RefCell<Option<String>>,
 }
-
-/// A boxed call of a lane.
 
 /// One kind of operation the page starts from a stored intent and follows until it settles:
 /// exports (SPEC §7) and imports (SPEC §10, "the same intent rules"). The intent's rules — one

@@ -754,6 +754,34 @@ test('a poll answered with a 4xx that asking again will not change stops at once
   expect((await exportsSince(t0)).length).toBe(1);
 });
 
+test('a poll the server does not answer in time is aborted, not left open beside the polls after it, and the export is still followed to the end', async ({ page }) => {
+  const t0 = Date.now();
+  await page.clock.install();
+  await signIn(page);
+  // The first poll is held, never answered (a server that hangs); later ones go through.
+  let held = 0;
+  await page.route('**/sfn/export_status', async (route) => {
+    held += 1;
+    if (held > 1) await route.continue();
+  });
+  const aborted: string[] = [];
+  page.on('requestfailed', (request) => {
+    if (request.url().includes('/sfn/export_status')) aborted.push(request.failure()?.errorText ?? '');
+  });
+  await page.getByTestId('export').click();
+  await expect.poll(() => held).toBeGreaterThanOrEqual(1);
+  // The call's 15 s pass: the page stops waiting for that poll and cancels its request (old
+  // code: left open, one more on the browser's few connections to the server per lost poll).
+  await page.clock.fastForward(15_000);
+  await expect.poll(() => aborted.length).toBe(1);
+  expect(aborted[0]).toContain('ABORTED');
+  await page.unroute('**/sfn/export_status');
+  const [op] = await exportsSince(t0);
+  await expect(status(page)).toHaveAttribute('data-op', op.id);
+  await expect(status(page)).toHaveAttribute('data-state', 'ready', { timeout: 30_000 });
+  expect((await exportsSince(t0)).length).toBe(1);
+});
+
 test('two tabs clicking Export at once, one while the other is between reading and writing the stored intent, make one intent and one operation', async ({ context }) => {
   // A fault point in the page: while `__slowIntentWrites` is set, a write of the stored intent
   // first tells the other tabs it is about to write, then takes 300 ms. A tab with
