@@ -7,6 +7,9 @@ export default defineConfig({
   timeout: 120_000,
   workers: 1,
   reporter: 'list',
+  // After every run: the server's log shows no panic (a request's answer can go out while a task
+  // it started panics; the page's render once did, in an effect that outlived its request).
+  globalTeardown: './no-panics.ts',
   use: {
     baseURL: `http://127.0.0.1:${port}`,
     acceptDownloads: true,

@@ -20,4 +20,6 @@ export DATABASE_URL="$db_url" EXPORTD_STORE="file://$run/objects" EXPORTD_LOG=wa
   FAILPOINTS="each_chunk=sleep(700);import_before_batch=sleep(200)" EXPORTD_IMPORT_BATCH_ROWS=100
 cd "$root"
 "$exe" seed --demo --orders 20000
-exec "$exe" serve --bind "127.0.0.1:$port"
+# The server's errors are kept in .run/server.log as well, for the check after the run that no
+# request made it panic (no-panics.ts).
+exec "$exe" serve --bind "127.0.0.1:$port" 2> >(tee "$run/server.log" >&2)
