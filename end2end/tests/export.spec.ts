@@ -52,8 +52,14 @@ function lang(): 'en' | 'ar' {
 
 /// The few words the tests read, in each language.
 const WORDS = {
-  en: { expired: 'expired', partsDone: (n: string) => `of ${n} parts done`, bundle: 'ZIP', analyst: 'analyst' },
-  ar: { expired: 'منتهي الصلاحية', partsDone: (n: string) => `من ${n}`, bundle: 'ZIP', analyst: 'محلل' },
+  en: {
+    expired: 'expired', partsDone: (n: string) => `of ${n} parts done`, bundle: 'ZIP', analyst: 'analyst',
+    digest: 'SHA-256', size: / (B|KiB|MiB)\b/, refusedExpired: 'The download was refused: The file has expired.',
+  },
+  ar: {
+    expired: 'منتهي الصلاحية', partsDone: (n: string) => `من ${n}`, bundle: 'ZIP', analyst: 'محلل',
+    digest: 'بصمة SHA-256', size: / (بايت|كيلوبايت|ميغابايت)/, refusedExpired: 'رُفض التنزيل: انتهت صلاحية الملف.',
+  },
 };
 const words = () => WORDS[lang()];
 
@@ -558,13 +564,17 @@ test('a Download answered 410 because the file expired turns the export into exp
   await signIn(page);
   await exportUntilReady(page);
   const [op] = await exportsSince(t0);
+  // Issue 21's defect 7: the size's unit and the digest's label are in the page's language.
+  await expect(status(page)).toContainText(words().size);
+  await expect(page.locator('.digest')).toContainText(words().digest);
   // The janitor ends the file's retention while the page still shows it ready (its transition
   // moves updated_at, as every transition does).
   await query('UPDATE jobs SET artifact_expired = true, updated_at = updated_at + 1 WHERE id = $1', [op.id]);
   await page.getByTestId('download').click();
   await expect(status(page)).toHaveAttribute('data-state', 'expired');
   await expect(page.getByTestId('download')).toHaveCount(0);
-  await expect(page.getByTestId('notice')).toBeVisible();
+  // The page's notice and the server's problem, both in the page's language.
+  await expect(page.getByTestId('notice')).toHaveText(words().refusedExpired);
   await expect(page.locator(`[data-testid=recent-row][data-op="${op.id}"]`)).toHaveAttribute('data-state', 'expired');
 });
 
