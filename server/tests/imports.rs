@@ -2,7 +2,8 @@
 //! lists exactly the bad rows in input order and writes nothing; `abort` applies nothing;
 //! `skip_invalid` applies exactly the valid rows with the dry run's counts; an exported file
 //! imports back unchanged; a batch lost before its commit is applied once by the next attempt;
-//! a revocation between batches stops the import and its report lists the rows not applied.
+//! a revocation between batches stops the import and its report lists the rows not applied; a
+//! cancel, between batches or while the file is checked, ends it with such a report too.
 
 mod support;
 
@@ -252,6 +253,38 @@ on_both_backends!(a_cancel_between_batches_ends_cancelled_with_a_report_of_the_r
     assert_eq!(rows, (4..=7).map(|line| (line, String::new(), "not_applied".to_owned())).collect::<Vec<_>>());
     let again = alice.post(app.url(&format!("/api/imports/{id}/cancel"))).send().await.unwrap();
     assert_eq!(again.status(), 200, "cancelled already");
+});
+
+on_both_backends!(a_cancel_while_the_file_is_checked_ends_cancelled_with_a_report_of_every_row_not_applied, |backend| {
+    let app = TestApp::start(Options { worker: true, adjust: small_batches, ..Options::new(backend) }).await;
+    let alice = app.login("alice@acme.test").await;
+    let upl = upload(&app, &alice, &numbered(6)).await;
+    let mut gate = Gate::close(&app.fault("import_validating"));
+    let view = start(&app, &alice, "cancelled-checking", &json!({"dataset": "customers", "upload": upl})).await;
+    let id = view["id"].as_str().unwrap();
+    gate.reached().await;
+    let asked = alice.post(app.url(&format!("/api/imports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(asked.status(), 202);
+    // Two renewals of the lease after the cancel: the first told the worker, which stops at the
+    // validation's next step instead of meeting the cancel at its first batch.
+    let lease = format!("SELECT lease_expires_at FROM jobs WHERE id = '{id}'");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (mut seen, mut renewals) = (app.scalar(&lease).await, 0);
+    while renewals < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the lease of {id} was not renewed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = app.scalar(&lease).await;
+        if now != seen {
+            (seen, renewals) = (now, renewals + 1);
+        }
+    }
+    gate.open();
+    let done = finished(&app, &alice, id).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM customers WHERE email LIKE 'batch%'").await, 0);
+    // Old code: cancelled with no report at all.
+    let rows = codes(&report(&app, &alice, id).await);
+    assert_eq!(rows, (2..=7).map(|line| (line, String::new(), "not_applied".to_owned())).collect::<Vec<_>>());
 });
 
 on_both_backends!(a_row_keeps_the_verdict_its_validation_gave_it_and_rows_the_database_refuses_count_as_invalid, |backend| {

@@ -154,7 +154,18 @@ impl Attempt<'_> {
         let plan = match crate::imports::stored::plan_of(job).map_err(Stop::internal)? {
             Some(plan) => plan,
             None => {
-                let found = self.validate(dataset, request.on_error, request.max_errors).await?;
+                let found = match self.validate(dataset, request.on_error, request.max_errors).await {
+                    Ok(found) => found,
+                    // Cancelled before the file was checked through: nothing was applied, so the
+                    // report lists every row as not applied (SPEC §10), like a cancel between
+                    // batches.
+                    Err(Stop::CancelRequested) => {
+                        let unchecked = Plan { rows: 0, valid: 0, invalid: 0, first_errors: Vec::new(), report: None, fails: None };
+                        self.attach_final_report(&unchecked, dataset).await;
+                        return Err(Stop::CancelRequested);
+                    }
+                    Err(other) => return Err(other),
+                };
                 let text = serde_json::to_string(&found).map_err(Stop::internal)?;
                 let fixed = checkpoints::fix_plan(&self.ctx.db, job, &text).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
                 serde_json::from_str(&fixed).map_err(Stop::internal)?
@@ -336,6 +347,7 @@ impl Attempt<'_> {
                 }
             }
             self.lease.wrote(rows_n);
+            self.fault("import_validating")?;
             self.checkpoint()?;
         }
         self.lease.counted(rows_n);
