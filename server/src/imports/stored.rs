@@ -19,7 +19,7 @@ pub struct Resolved {
 }
 
 /// What the validating phase decided, for every later attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     /// Data records.
     pub rows: i64,

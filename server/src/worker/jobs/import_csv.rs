@@ -159,11 +159,7 @@ impl Attempt<'_> {
                     // Cancelled before the file was checked through: nothing was applied, so the
                     // report lists every row as not applied (SPEC §10), like a cancel between
                     // batches.
-                    Err(Stop::CancelRequested) => {
-                        let unchecked = Plan { rows: 0, valid: 0, invalid: 0, first_errors: Vec::new(), report: None, fails: None };
-                        self.attach_final_report(&unchecked, dataset).await;
-                        return Err(Stop::CancelRequested);
-                    }
+                    Err(Stop::CancelRequested) => return Err(self.cancel_with_report(&Plan::default(), dataset).await),
                     Err(other) => return Err(other),
                 };
                 let text = serde_json::to_string(&found).map_err(Stop::internal)?;
@@ -183,10 +179,7 @@ impl Attempt<'_> {
                 return Err(self.fail_with_report(&plan, dataset, failure, Some(detail)).await);
             }
             Err(Stop::Revoked) => return Err(self.fail_with_report(&plan, dataset, Failure::IMPORT_REVOKED, None).await),
-            Err(Stop::CancelRequested) => {
-                self.attach_final_report(&plan, dataset).await;
-                return Err(Stop::CancelRequested);
-            }
+            Err(Stop::CancelRequested) => return Err(self.cancel_with_report(&plan, dataset).await),
             Err(other) => return Err(other),
         };
         let report = self.write_report(dataset, &plan, None, &last.refused_rows).await?;
@@ -201,6 +194,14 @@ impl Attempt<'_> {
         self.ctx.metrics.rows_imported.inc_by(if request.mode == ImportMode::Apply { last.mark.applied() as u64 } else { 0 });
         self.ctx.metrics.rows_rejected.inc_by((plan.invalid + last.mark.refused) as u64);
         Ok(released)
+    }
+
+    /// Writes the final report (with the rows not applied) as the job's artifact, then ends the
+    /// attempt's work as cancelled. `plan` is the checked file's, or the empty plan of a file the
+    /// cancel stopped before it was checked through (every row then reported not applied).
+    async fn cancel_with_report(&self, plan: &Plan, dataset: Dataset) -> Stop {
+        self.attach_final_report(plan, dataset).await;
+        Stop::CancelRequested
     }
 
     /// Writes the final report (with the rows not applied) as the job's artifact, then ends the
