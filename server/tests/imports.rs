@@ -9,51 +9,8 @@ mod support;
 
 use serde_json::{json, Value};
 use std::time::Duration;
+use support::imports::{codes, finished, import, numbered, report, small_batches, start, upload};
 use support::{expect_problem, Gate, Options, TestApp};
-
-async fn upload(app: &TestApp, client: &reqwest::Client, csv: &str) -> String {
-    let resp = client.post(app.url("/api/uploads")).header("content-type", "text/csv").body(csv.to_owned()).send().await.unwrap();
-    assert!(resp.status().is_success(), "{}", resp.status());
-    resp.json::<Value>().await.unwrap()["upload"].as_str().unwrap().to_owned()
-}
-
-async fn start(app: &TestApp, client: &reqwest::Client, key: &str, body: &Value) -> Value {
-    let resp = client.post(app.url("/api/imports")).header("Idempotency-Key", key).json(body).send().await.unwrap();
-    assert_eq!(resp.status(), 202, "{:?}", resp.text().await);
-    resp.json().await.unwrap()
-}
-
-async fn finished(app: &TestApp, client: &reqwest::Client, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let view: Value = client.get(app.url(&format!("/api/imports/{id}"))).send().await.unwrap().json().await.unwrap();
-        if matches!(view["status"].as_str(), Some("ready" | "failed" | "cancelled")) {
-            return view;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "import {id} still {view}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn import(app: &TestApp, client: &reqwest::Client, key: &str, body: Value) -> Value {
-    let view = start(app, client, key, &body).await;
-    finished(app, client, view["id"].as_str().unwrap()).await
-}
-
-/// The report's rows (line, column, code, then the cells), header dropped.
-async fn report(app: &TestApp, client: &reqwest::Client, id: &str) -> Vec<Vec<String>> {
-    let resp = client.get(app.url(&format!("/api/imports/{id}/report"))).send().await.unwrap();
-    assert_eq!(resp.status(), 303);
-    let link = resp.headers()["location"].to_str().unwrap().to_owned();
-    let bytes = client.get(app.url(&link)).send().await.unwrap().bytes().await.unwrap();
-    let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(&bytes[..]);
-    assert_eq!(reader.headers().unwrap().iter().take(4).collect::<Vec<_>>(), ["line", "column", "code", "message"]);
-    reader.records().map(|r| r.unwrap().iter().map(str::to_owned).collect()).collect()
-}
-
-fn codes(rows: &[Vec<String>]) -> Vec<(i64, String, String)> {
-    rows.iter().map(|r| (r[0].parse().unwrap(), r[1].clone(), r[2].clone())).collect()
-}
 
 const CUSTOMERS: &str = "email,name,phone,country\r\n\
 new1@acme.test,New One,+966500000001,SA\r\n\
@@ -127,18 +84,6 @@ on_both_backends!(an_exported_file_imported_back_as_a_dry_run_is_unchanged_row_f
         assert_eq!(dry["counts"], json!({"rows": rows, "valid": rows, "invalid": 0, "created": 0, "updated": 0, "unchanged": rows, "applied": 0}), "{report_name}");
     }
 });
-
-fn small_batches(c: &mut exportd::config::Config) {
-    c.import_batch_rows = 2;
-}
-
-fn numbered(n: usize) -> String {
-    let mut csv = "email,name,phone,country\n".to_owned();
-    for i in 0..n {
-        csv.push_str(&format!("batch{i}@acme.test,Person {i},+9665{i:08},SA\n"));
-    }
-    csv
-}
 
 on_both_backends!(a_batch_lost_before_its_commit_is_applied_once_by_the_next_attempt_and_a_duplicate_apply_is_one_import, |backend| {
     let app = TestApp::start(Options { worker: true, adjust: small_batches, ..Options::new(backend) }).await;
@@ -321,4 +266,30 @@ on_both_backends!(a_row_keeps_the_verdict_its_validation_gave_it_and_rows_the_da
         ],
         "each refused row once, in input order"
     );
+});
+
+on_both_backends!(rows_made_from_a_file_without_country_or_currency_still_export_and_import_back_unchanged, |backend| {
+    let app = TestApp::with_worker(backend).await;
+    let alice = app.login("alice@acme.test").await;
+    let customers = upload(&app, &alice, "email,name\nno-country@acme.test,No Country\n").await;
+    let made = import(&app, &alice, "no-country", json!({"dataset": "customers", "upload": customers, "on_error": "skip_invalid"})).await;
+    assert_eq!(made["status"], "ready", "{made}");
+    let orders = upload(&app, &alice, "order_ref,customer_email,placed_at,status,total\nNC-1,customer1@acme.example,2026-01-31T09:30:00Z,paid,1.00\n").await;
+    let made = import(&app, &alice, "no-currency", json!({"dataset": "orders", "upload": orders, "on_error": "skip_invalid"})).await;
+    assert_eq!(made["status"], "ready", "{made}");
+    // SPEC case 22 for whatever an import made: old code stored "" for the missing columns,
+    // which the export wrote and the dry run then refused as no country or currency.
+    for report_name in ["customers", "orders"] {
+        let resp = app.create(&alice, &format!("export-{report_name}"), &support::procs::everything(report_name)).await;
+        let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+        let done = app.wait_terminal(&alice, &id, Duration::from_secs(30)).await;
+        assert_eq!(done["status"], "ready");
+        let link = alice.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
+        let csv = alice.get(app.url(&link)).send().await.unwrap().text().await.unwrap();
+        let upl = upload(&app, &alice, &csv).await;
+        let dry = import(&app, &alice, &format!("back-{report_name}"), json!({"dataset": report_name, "upload": upl, "mode": "dry_run"})).await;
+        assert_eq!(dry["status"], "ready", "{dry}");
+        let rows = done["artifact"]["rows"].as_i64().unwrap();
+        assert_eq!(dry["counts"]["unchanged"], rows, "{report_name}: {dry}");
+    }
 });

@@ -98,3 +98,16 @@ on_both_backends!(an_unused_upload_expires_with_its_file_and_an_orphaned_file_is
     assert_eq!(again.status(), 201);
     assert_ne!(again.json::<Value>().await.unwrap()["upload"], view["upload"]);
 });
+
+on_both_backends!(a_drain_stops_new_uploads_and_lifting_it_lets_them_in_again, |backend| {
+    let app = TestApp::spawn(backend).await;
+    let alice = app.login("alice@acme.test").await;
+    assert_eq!(app.cli(&["drain"]).await, 0);
+    // Old code: 201, a new file stored while creation was paused.
+    let paused = upload(&app, &alice, CSV).await;
+    assert!(paused.headers().contains_key("retry-after"), "{:?}", paused.headers());
+    expect_problem(paused, 503, "creation-paused").await;
+    assert!(app.objects("uploads").is_empty(), "nothing kept: {:?}", app.objects("uploads"));
+    assert_eq!(app.cli(&["drain", "--off"]).await, 0);
+    assert_eq!(upload(&app, &alice, CSV).await.status(), 201);
+});

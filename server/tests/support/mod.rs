@@ -4,6 +4,7 @@
 
 pub mod bundles;
 pub mod holders;
+pub mod imports;
 pub mod procs;
 pub mod s3;
 

@@ -1124,4 +1124,51 @@ mod tests {
         }
         assert_eq!(lines, vec![(1, 2), (2, 4), (3, 7), (4, 8)]);
     }
+
+    /// A file whose second record is one quoted cell of `feeds` line feeds, closed.
+    struct QuotedFeeds {
+        head: std::io::Cursor<Vec<u8>>,
+        feeds: u64,
+        tail: std::io::Cursor<Vec<u8>>,
+    }
+
+    impl QuotedFeeds {
+        fn new(feeds: u64) -> QuotedFeeds {
+            QuotedFeeds { head: std::io::Cursor::new(b"email,name\na@x.test,\"".to_vec()), feeds, tail: std::io::Cursor::new(b"\"\nb@x.test,after\n".to_vec()) }
+        }
+    }
+
+    impl std::io::Read for QuotedFeeds {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.head.read(buf)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            if self.feeds > 0 {
+                let n = buf.len().min(self.feeds as usize);
+                buf[..n].fill(b'\n');
+                self.feeds -= n as u64;
+                return Ok(n);
+            }
+            self.tail.read(buf)
+        }
+    }
+
+    #[test]
+    fn a_record_longer_than_any_valid_one_fails_the_file_while_it_is_read() {
+        // 64 Mi line feeds inside quotes: the old reader held the whole record, and the line
+        // feeds' offsets beside it, and then took it as a record.
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        parse(QuotedFeeds::new(64 << 20), &tx);
+        drop(tx);
+        let mut failed = None;
+        while let Ok(next) = rx.try_recv() {
+            match next {
+                Ok(Read::Records(records)) => assert!(records.iter().all(|r| r.cells.iter().map(String::len).sum::<usize>() < 1 << 20), "no record of that size is handed on"),
+                Ok(Read::Header(_)) => {}
+                Err(p) => failed = Some(p.code),
+            }
+        }
+        assert_eq!(failed, Some("record_too_long"));
+    }
 }
