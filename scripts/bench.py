@@ -433,25 +433,100 @@ def checkpointed_figures(b, token):
 
 
 def upload_file(b, token, path):
-    """POST /api/uploads of a file; returns the upload id."""
+    """POST /api/uploads of a file, streamed from disk; returns the upload id."""
     with open(path, "rb") as f:
-        req = urllib.request.Request(f"{b.base}/api/uploads", data=f.read(), method="POST")
-    req.add_header("Authorization", f"Bearer {token}")
-    req.add_header("Content-Type", "text/csv")
-    with urllib.request.urlopen(req, timeout=600) as resp:
-        return json.loads(resp.read())["upload"]
+        req = urllib.request.Request(f"{b.base}/api/uploads", data=f, method="POST")
+        req.add_header("Authorization", f"Bearer {token}")
+        req.add_header("Content-Type", "text/csv")
+        req.add_header("Content-Length", str(os.path.getsize(path)))
+        with urllib.request.urlopen(req, timeout=1800) as resp:
+            return json.loads(resp.read())["upload"]
 
 
-def run_import(b, token, upload):
-    """Creates an apply of the upload and polls it to its end; returns seconds."""
+def run_import(b, token, upload, dataset="customers", on_error="skip_invalid", expect="ready", polls=None):
+    """Creates an apply of the upload and polls it to its end; returns (seconds, the last view).
+    With `polls` (a list), each poll's latency in ms is appended to it."""
     started = time.monotonic()
-    view = request(b.base, "POST", "/api/imports", token, {"dataset": "customers", "upload": upload, "on_error": "skip_invalid"}, key=str(uuid.uuid4()))
+    view = request(b.base, "POST", "/api/imports", token, {"dataset": dataset, "upload": upload, "on_error": on_error}, key=str(uuid.uuid4()))
     while view["status"] not in ("ready", "failed", "cancelled"):
         time.sleep(0.05)
+        asked = time.monotonic()
         view = request(b.base, "GET", f"/api/imports/{view['id']}", token)
-    if view["status"] != "ready":
-        raise SystemExit(f"import ended {view['status']}: {view.get('error')}")
-    return time.monotonic() - started
+        if polls is not None:
+            polls.append((time.monotonic() - asked) * 1000)
+    if view["status"] != expect:
+        raise SystemExit(f"import ended {view['status']}, not {expect}: {view.get('error')}")
+    return time.monotonic() - started, view
+
+
+def import_limit_figures(b, token):
+    """What bounds an import's memory and the database's growth (issue 28): a 1 GiB file of
+    invalid rows validated (and its report written), one record of 100M line feeds inside quotes,
+    and 200,000 rows the database refuses (a CHECK constraint added for the run): the worker's
+    peak RSS, the database's growth, and the status poll's latency while it runs."""
+    invalid = os.path.join(b.folder, "invalid-1gib.csv")
+    limit = 1 << 30
+    with open(invalid, "w") as f:
+        f.write("email,name,phone,country\n")
+        written, i = 26, 0
+        while True:
+            line = f"inv-{i}@bench.test,Invalid Person {i},+9665{i % 100_000_000:08d},XX\n"
+            if written + len(line) > limit:
+                break
+            f.write(line)
+            written, i = written + len(line), i + 1
+    upload = upload_file(b, token, invalid)
+    os.remove(invalid)
+    worker = b.spawn("worker", "--concurrency", "1")
+    took, view = run_import(b, token, upload, on_error="abort", expect="failed")
+    hwm = vmhwm_kib(worker.pid)
+    b.stop(worker)
+    figure(f"PostgreSQL: a 1 GiB file of {i:,} invalid rows validated and its report written ({view['error']['code']}, {took:.0f} s)",
+           f"{hwm / 1024:.1f} MiB peak RSS", "", None, "< 256 MiB", hwm / 1024 < 256)
+
+    feeds = os.path.join(b.folder, "feeds.csv")
+    with open(feeds, "wb") as f:
+        f.write(b'email,name\na@bench.test,"')
+        chunk = b"\n" * (1 << 20)
+        for _ in range(100):
+            f.write(chunk)
+        f.write(b'"\n')
+    upload = upload_file(b, token, feeds)
+    os.remove(feeds)
+    worker = b.spawn("worker", "--concurrency", "1")
+    took, view = run_import(b, token, upload, on_error="abort", expect="failed")
+    hwm = vmhwm_kib(worker.pid)
+    alive = worker.poll() is None
+    b.stop(worker)
+    first = (view.get("first_errors") or [{}])[0].get("code")
+    figure(f"PostgreSQL: one record of 100M line feeds inside quotes ({view['error']['code']}: {first}, {took:.1f} s, the worker {'alive' if alive else 'DEAD'})",
+           f"{hwm / 1024:.1f} MiB peak RSS", "", None, "< 256 MiB, the file failed, the worker alive",
+           hwm / 1024 < 256 and first == "record_too_long" and alive)
+
+    refused = os.path.join(b.folder, "refused.csv")
+    with open(refused, "w") as f:
+        f.write("email,name,phone,country\n")
+        for i in range(200_000):
+            f.write(f"refused-{i}@bench.test,refuse me,+9665{i:08d},SA\n")
+    upload = upload_file(b, token, refused)
+    os.remove(refused)
+    b.sql("ALTER TABLE customers ADD CONSTRAINT bench_refuses CHECK (name <> 'refuse me') NOT VALID")
+    b.sql("CHECKPOINT")
+    before = int(b.sql("SELECT pg_database_size(current_database())"))
+    worker = b.spawn("worker", "--concurrency", "1")
+    polls = []
+    took, view = run_import(b, token, upload, polls=polls)
+    b.stop(worker)
+    b.sql("CHECKPOINT")
+    grown = (int(b.sql("SELECT pg_database_size(current_database())")) - before) / (1 << 20)
+    b.sql("ALTER TABLE customers DROP CONSTRAINT bench_refuses")
+    counts = view["counts"]
+    figure(f"PostgreSQL: 200,000 rows all refused at apply ({counts['invalid']:,} refused, {took:.0f} s): the database's growth",
+           f"{grown:.1f} MiB", "", None, "< 50 MiB", grown < 50 and counts["invalid"] == 200_000)
+    polls.sort()
+    p50, worst = polls[len(polls) // 2], polls[-1]
+    figure(f"PostgreSQL: a status poll while those rows are refused ({len(polls)} polls)",
+           f"{p50:.1f} ms median, {worst:.1f} ms slowest", "", None, "< 50 ms", worst < 50)
 
 
 def import_figures(b, token):
@@ -471,7 +546,7 @@ def import_figures(b, token):
         upload = upload_file(b, token, files[n])
         worker = b.spawn("worker", "--concurrency", "1")
         time.sleep(1)
-        ours[n] = run_import(b, token, upload)
+        ours[n], _ = run_import(b, token, upload)
         hwm[n] = vmhwm_kib(worker.pid)
         b.stop(worker)
         b.sql(clear)
@@ -542,6 +617,7 @@ def main():
             if ARGS.only == "imports":
                 b.api()
                 import_figures(b, admin)
+                import_limit_figures(b, admin)
                 b.stop_all()
                 continue
             exports_figures(b, admin)
@@ -557,6 +633,7 @@ def main():
                 claim_figure(b, admin)
                 checkpointed_figures(b, admin)
                 import_figures(b, admin)
+                import_limit_figures(b, admin)
             b.stop_all()
         if not ARGS.only:
             wasm_figure()

@@ -807,6 +807,11 @@ pub struct ImportView {
     pub progress: ImportProgress,
     /// The report, once written.
     pub report: Option<ReportView>,
+    /// Where the report stands: `written`, `pending` (an import that ended failed or cancelled
+    /// gets its report shortly, from its worker or the janitor) or `none` (nothing ended yet, or
+    /// it ended before any row was read).
+    #[serde(default)]
+    pub report_status: ReportStatus,
     /// A fresh link to the report, when there is one and the reader may read it.
     pub download: Option<DownloadView>,
     /// Why it failed.
@@ -819,6 +824,20 @@ pub struct ImportView {
     pub created_at: String,
     /// RFC 3339 UTC.
     pub updated_at: String,
+}
+
+/// Where an import's report stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ReportStatus {
+    /// It has one.
+    Written,
+    /// It ended failed or cancelled after its file was read: its report is being written.
+    Pending,
+    /// It has none: it has not ended, or it ended before any row was read.
+    #[default]
+    None,
 }
 
 /// A page of `GET /api/imports`.

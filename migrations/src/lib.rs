@@ -17,6 +17,7 @@ mod m20261205_000009_jobs;
 mod m20261205_000010_natural_keys;
 mod m20261205_000011_uploads;
 mod m20261205_000012_orders_by_customer;
+mod m20261205_000013_import_refusals;
 
 /// A customer's key in its tenant (SPEC §10): the email trimmed and lower-cased, computed here
 /// and never by the database, whose `lower()` differs between backends. The migration that
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000010_natural_keys::Migration),
             Box::new(m20261205_000011_uploads::Migration),
             Box::new(m20261205_000012_orders_by_customer::Migration),
+            Box::new(m20261205_000013_import_refusals::Migration),
         ]
     }
 }

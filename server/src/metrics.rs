@@ -52,6 +52,10 @@ pub struct Counters {
     pub rows_imported: IntCounter,
     /// Rows imports reported as invalid or refused.
     pub rows_rejected: IntCounter,
+    /// Import batches rolled back after a bounded wait (a lock, a deadlock) and run again.
+    pub import_batch_waits: IntCounter,
+    /// Reports written for imports that ended failed or cancelled.
+    pub import_reports_settled: IntCounter,
     /// HTTP answers by route (its pattern) and status.
     pub http_requests: IntCounterVec,
     exports: IntGaugeVec,
@@ -111,6 +115,8 @@ impl Metrics {
             bytes_exported: counter(r, "exportd_bytes_exported_total", "Bytes of released files"),
             rows_imported: counter(r, "exportd_rows_imported_total", "Rows applied by imports that finished"),
             rows_rejected: counter(r, "exportd_rows_rejected_total", "Rows imports reported invalid or refused"),
+            import_batch_waits: counter(r, "exportd_import_batch_waits_total", "Import batches rolled back after a bounded wait and run again"),
+            import_reports_settled: counter(r, "exportd_import_reports_settled_total", "Reports written for imports that ended failed or cancelled"),
             http_requests: counters(r, "exportd_http_requests_total", "HTTP answers by route and status", &["route", "status"]),
             exports: gauges(r, "exportd_exports", "Exports in the database by state"),
             imports: gauges(r, "exportd_imports", "Imports in the database by state"),

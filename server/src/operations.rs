@@ -175,21 +175,15 @@ pub async fn cancel_job(db: &sea_orm::DatabaseConnection, id: &str) -> Answer {
     }
 }
 
-/// `exportd jobs redrive`: a failed operation back to `queued`, in its own deployment.
+/// `exportd jobs redrive`: a failed operation back to `queued`, in its own deployment. Refused,
+/// with why, for an import whose file or report is no longer kept.
 pub async fn redrive_job(db: &sea_orm::DatabaseConnection, id: &str) -> Answer {
     use crate::job_store::transitions::{self, Outcome};
-    use crate::job_store::kind::JobKind;
-    let job = crate::entities::jobs::Entity::find_by_id(id.to_owned()).one(db).await.map_err(database)?;
-    // An export's parts may have been swept since it failed: it starts again. An import's
-    // committed batches stay applied: it goes on after them, with the plan it validated.
-    let starts_again = job.is_some_and(|m| m.status == "failed" && JobKind::parse(&m.kind) == Some(JobKind::Export));
-    if starts_again {
-        crate::job_store::checkpoints::forget(db, id).await.map_err(database)?;
-    }
     match transitions::redrive(db, id).await.map_err(database)? {
         Outcome::Moved(row) => Ok(format!("{id}: {} (deployment {})\n", row.status, row.deployment)),
         Outcome::NotMoved(now) => match now.status {
             None => Err(format!("no export {id:?}")),
+            Some(app::ExportStatus::Failed) => Err(format!("{id} cannot go on: its uploaded file or its report is no longer kept; upload the file again and start a new import")),
             Some(status) => Err(format!("{id} is {}: only a failed export can be redriven", status.as_str())),
         },
     }

@@ -17,13 +17,18 @@ use axum::Json;
 
 
 /// `POST /api/imports`: 202 with the new or replayed import.
-#[utoipa::path(post, path = "/api/imports", tag = "imports",
+#[utoipa::path(post, path = "/api/imports", tag = "imports", operation_id = "create_import",
     params(("Idempotency-Key" = String, Header, description = "One key per intent: an sf-string or a raw token of %x21-7E, 1-255 characters",
         pattern = r#"^("([\x20\x21\x23-\x5B\x5D-\x7E]|\\["\\]){1,255}"|[\x21\x23-\x7E]{1,255})$"#)),
     request_body = app::ImportRequest,
     responses(
         (status = 202, description = "A new import, or the one the key is bound to (then with Idempotent-Replayed: true)", body = app::ImportView,
-            headers(("Location" = String, description = "The import's status URL"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
+            headers(("Location" = String, description = "The import's status URL"), ("Idempotent-Replayed" = String, description = "true on a replay")),
+            links(
+                ("ShowImport" = (operation_id = "show_import", parameters(("id" = "$response.body#/id")), description = "The import's state")),
+                ("CancelImport" = (operation_id = "cancel_import", parameters(("id" = "$response.body#/id")), description = "Cancel it")),
+                ("ImportReport" = (operation_id = "import_report", parameters(("id" = "$response.body#/id")), description = "Its report, once it has one"))
+            )),
         (status = 400, description = "idempotency-key-missing, idempotency-key-invalid or malformed-json", body = app::Problem, content_type = "application/problem+json"),
         (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
         (status = 403, description = "import-not-permitted or cross-origin", body = app::Problem, content_type = "application/problem+json"),
@@ -53,7 +58,7 @@ pub async fn create(State(state): State<AppState>, actor: Actor, headers: Header
 }
 
 /// `GET /api/imports/{id}`: the actor's import; `Retry-After: 1` while it is not terminal.
-#[utoipa::path(get, path = "/api/imports/{id}", tag = "imports",
+#[utoipa::path(get, path = "/api/imports/{id}", tag = "imports", operation_id = "show_import",
     params(("id" = String, Path, description = "imp_…")),
     responses((status = 200, description = "The import; Retry-After: 1 while not terminal", body = app::ImportView),
         (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
@@ -77,7 +82,7 @@ pub struct ListParams {
 }
 
 /// `GET /api/imports`: the actor's imports, newest first.
-#[utoipa::path(get, path = "/api/imports", tag = "imports",
+#[utoipa::path(get, path = "/api/imports", tag = "imports", operation_id = "list_imports",
     params(("limit" = Option<u32>, Query, description = "1-100, default 20", minimum = 1, maximum = 100), ("cursor" = Option<String>, Query, description = "next_cursor of the previous page")),
     responses((status = 200, description = "The actor's imports, newest first", body = app::ImportList),
         (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
@@ -88,7 +93,7 @@ pub async fn list(State(state): State<AppState>, actor: Actor, params: Result<Qu
 }
 
 /// `POST /api/imports/{id}/cancel`: 200 cancelled, 202 cancel_requested, 409 when finished.
-#[utoipa::path(post, path = "/api/imports/{id}/cancel", tag = "imports",
+#[utoipa::path(post, path = "/api/imports/{id}/cancel", tag = "imports", operation_id = "cancel_import",
     params(("id" = String, Path, description = "imp_…")),
     responses((status = 200, description = "cancelled", body = app::ImportView), (status = 202, description = "cancel_requested", body = app::ImportView),
         (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
@@ -104,7 +109,7 @@ pub async fn cancel(State(state): State<AppState>, actor: Actor, ImportIdPath(id
 }
 
 /// `GET /api/imports/{id}/report`: 303 to a fresh signed link to the report.
-#[utoipa::path(get, path = "/api/imports/{id}/report", tag = "imports",
+#[utoipa::path(get, path = "/api/imports/{id}/report", tag = "imports", operation_id = "import_report",
     params(("id" = String, Path, description = "imp_…")),
     responses((status = 303, description = "To a freshly minted link to the report", headers(("Location" = String))),
         (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),

@@ -18,7 +18,7 @@ fn require_csv(headers: &HeaderMap) -> Result<(), AppError> {
 
 /// `POST /api/uploads`: the body, streamed into the store. 201 for new bytes, 200 for the same
 /// bytes from the same user again.
-#[utoipa::path(post, path = "/api/uploads", tag = "imports",
+#[utoipa::path(post, path = "/api/uploads", tag = "imports", operation_id = "create_upload",
     request_body(content = String, content_type = "text/csv", description = "The CSV file, at most EXPORTD_MAX_UPLOAD_BYTES"),
     responses(
         (status = 201, description = "A new upload", body = app::UploadView),
@@ -28,7 +28,8 @@ fn require_csv(headers: &HeaderMap) -> Result<(), AppError> {
         (status = 408, description = "request-timeout: the body stopped arriving", body = app::Problem, content_type = "application/problem+json"),
         (status = 413, description = "body-too-large: above EXPORTD_MAX_UPLOAD_BYTES; nothing kept", body = app::Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type: not text/csv", body = app::Problem, content_type = "application/problem+json"),
-        (status = 500, description = "internal", body = app::Problem, content_type = "application/problem+json")
+        (status = 500, description = "internal", body = app::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "creation-paused (exportd drain); Retry-After", body = app::Problem, content_type = "application/problem+json")
     ))]
 pub async fn create(State(state): State<AppState>, actor: Actor, req: Request) -> Result<Response, AppError> {
     uploads::ensure_may_import(&actor)?;

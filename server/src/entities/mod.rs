@@ -3,6 +3,7 @@
 pub mod api_tokens;
 pub mod customers;
 pub mod deployment_stores;
+pub mod import_refusals;
 pub mod job_checkpoints;
 pub mod job_events;
 pub mod jobs;

@@ -4,7 +4,7 @@
 //! as exports; only what an import means is here.
 
 use super::datasets::Dataset;
-use super::stored::{plan_of, request_of, resolved_of, Mark, Resolved};
+use super::stored::{last_mark, plan_of, report_status, request_of, resolved_of, Mark, Resolved};
 use super::uploads::{ensure_may_import, find_own_and_touch};
 use crate::auth::Actor;
 use crate::clock::rfc3339;
@@ -16,7 +16,7 @@ use crate::exports::key::IdempotencyKey;
 use crate::exports::service::{cancel_own, counted, list_page, owner, typed_request};
 use crate::job_store::intake::{self, Intake, NewJob};
 use crate::job_store::kind::JobKind;
-use crate::job_store::{audit, checkpoints, Mover};
+use crate::job_store::{audit, Mover};
 use app::{DownloadView, ExportStatus, ImportCounts, ImportList, ImportMode, ImportProgress, ImportRequest, ImportView, OnError, ReportView, UploadRef};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
@@ -124,11 +124,8 @@ pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Re
 
 /// The import's view for its actor, with its counts so far and a fresh link to its report.
 async fn view_for(state: &ServiceContext, actor: &Actor, m: &jobs::Model) -> Result<ImportView, AppError> {
-    let mark = match checkpoints::last_of(&state.db, &m.id).await? {
-        Some(c) => Some(serde_json::from_str::<Mark>(&c.payload).map_err(|e| AppError::Internal(format!("checkpoint of {}: {e}", m.id)))?),
-        None => None,
-    };
-    to_view(m, mark, report_link(state, actor, m).await?)
+    let mark = last_mark(&state.db, &m.id).await?;
+    to_view(m, Some(mark), report_link(state, actor, m).await?)
 }
 
 /// The view of a stored import, given its last batch's counts and a link to its report.
@@ -172,6 +169,7 @@ pub fn to_view(m: &jobs::Model, mark: Option<Mark>, download: Option<DownloadVie
         first_errors: plan.map(|p| p.first_errors).unwrap_or_default(),
         progress: ImportProgress { rows_done: m.rows_written, rows_total: m.rows_total },
         report,
+        report_status: report_status(m),
         download,
         error,
         attempt: m.attempt,
@@ -210,11 +208,16 @@ pub async fn cancel_import(state: &ServiceContext, actor: &Actor, id: &str) -> R
     }
 }
 
-/// Whether `m`'s report may be read now: it has one, kept, and the job has finished.
-fn report_readable(m: &jobs::Model) -> Result<(), AppError> {
+/// How a report is served (SPEC §6: a CSV download is UTF-8 and says so).
+const REPORT_MEDIA_TYPE: &str = "text/csv; charset=utf-8";
+
+/// Whether `m`'s report may be read at `now`: it has one, kept and not past its expiry (which
+/// the janitor may not have reached yet), and the job has finished.
+fn report_readable(m: &jobs::Model, now: i64) -> Result<(), AppError> {
     let finished = ExportStatus::parse(&m.status).is_some_and(ExportStatus::is_terminal);
+    let expired = m.artifact_expired || m.artifact_expires_at.is_some_and(|at| at <= now);
     match (&m.artifact_key, finished) {
-        (Some(_), true) if m.artifact_expired => Err(AppError::ArtifactExpired),
+        (Some(_), true) if expired => Err(AppError::ArtifactExpired),
         (Some(_), true) => Ok(()),
         _ => Err(AppError::ExportNotReady),
     }
@@ -222,7 +225,7 @@ fn report_readable(m: &jobs::Model) -> Result<(), AppError> {
 
 /// A fresh link to the report, when it may be read by `actor` now.
 async fn report_link(state: &ServiceContext, actor: &Actor, m: &jobs::Model) -> Result<Option<DownloadView>, AppError> {
-    if report_readable(m).is_err() || !actor.role.may_import() {
+    if report_readable(m, state.now_ms()).is_err() || !actor.role.may_import() {
         return Ok(None);
     }
     let (Some(sha), Some(key)) = (&m.artifact_sha256, &m.artifact_key) else { return Ok(None) };
@@ -230,7 +233,7 @@ async fn report_link(state: &ServiceContext, actor: &Actor, m: &jobs::Model) -> 
     let expires = (state.now_ms() + ttl.as_millis() as i64) / 1000;
     let store = state.stores.for_deployment(&state.db, &m.deployment).await?;
     let url = match store.presigner() {
-        Some(presigner) => presigner.get(key, ttl, &report_name(m), "text/csv"),
+        Some(presigner) => presigner.get(key, ttl, &report_name(m), REPORT_MEDIA_TYPE),
         None => state.links.mint(&m.id, sha, &actor.user_id, expires, None).await?,
     };
     Ok(Some(DownloadView { url, expires_at: rfc3339(expires * 1000) }))
@@ -245,7 +248,7 @@ pub fn report_name(m: &jobs::Model) -> String {
 /// Reading it re-checks that the actor may import (403 `permission-revoked`).
 pub async fn report_download(state: &ServiceContext, actor: &Actor, id: &str) -> Result<String, AppError> {
     let m = find_own(&state.db, actor, id).await?;
-    report_readable(&m)?;
+    report_readable(&m, state.now_ms())?;
     if !actor.role.may_import() {
         return Err(AppError::PermissionRevoked);
     }
@@ -262,7 +265,7 @@ pub async fn open_report(state: &ServiceContext, grant: &crate::links::LinkGrant
     if m.kind != JobKind::Import.as_str() || m.artifact_sha256.as_deref() != Some(grant.sha256.as_str()) {
         return Err(AppError::LinkInvalid);
     }
-    report_readable(&m)?;
+    report_readable(&m, state.now_ms())?;
     let actor = crate::auth::load_active_actor(&state.db, &grant.actor_id, crate::auth::AuthVia::Token).await?;
     if !actor.as_ref().is_some_and(|a| a.tenant_id == m.tenant_id && a.role.may_import()) {
         return Err(AppError::PermissionRevoked);
@@ -274,5 +277,5 @@ pub async fn open_report(state: &ServiceContext, grant: &crate::links::LinkGrant
         None => store.objects().head(&key).await.map_err(crate::exports::service::artifact_gone)?.size,
     };
     let filename = report_name(&m);
-    Ok(LinkedArtifact { store, body: Body::Object(key), len, etag_sha256: grant.sha256.clone(), digest: grant.sha256.clone(), filename, media_type: "text/csv", served: Served::Artifact, export: m })
+    Ok(LinkedArtifact { store, body: Body::Object(key), len, etag_sha256: grant.sha256.clone(), digest: grant.sha256.clone(), filename, media_type: REPORT_MEDIA_TYPE, served: Served::Artifact, export: m })
 }

@@ -1,10 +1,14 @@
 //! What an import job stores, beside the columns every job has: what its request resolved to
 //! (`jobs.resolved`), what its validating phase found (the checkpoint plan, fixed once, so a
-//! later attempt never validates again) and, in each batch's checkpoint, the counts so far.
+//! later attempt never validates again), in each batch's checkpoint the counts so far, and in
+//! `import_refusals` each row the database refused, once.
 
-use crate::entities::jobs;
+use crate::entities::{import_refusals, jobs};
 use crate::error::AppError;
-use app::{ImportRequest, RowError};
+use crate::job_store::kind::JobKind;
+use app::{ExportStatus, ImportRequest, ReportStatus, RowError};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set};
 use serde::{Deserialize, Serialize};
 
 /// What an import's request resolved to when it was accepted.
@@ -67,6 +71,75 @@ impl Mark {
     /// Rows written (or, in a dry run, that would be).
     pub fn applied(&self) -> i64 {
         self.created + self.updated + self.unchanged
+    }
+}
+
+/// A row the database refused while a batch was applied (or, in a dry run, would refuse).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The record's 1-based number among the file's data records.
+    pub record: i64,
+    /// The line it starts on.
+    pub line: i64,
+    /// Why, in words.
+    pub message: String,
+}
+
+/// Records the rows batch `seq` refused, inside the batch's transaction (or on their own for a
+/// batch rolled back under `abort`); a row recorded before is left as it is.
+pub async fn record_refusals<C: ConnectionTrait>(db: &C, job_id: &str, seq: i32, refused: &[Refused]) -> Result<(), DbErr> {
+    // At most 4 columns a row: well within both backends' limits on bound values per statement.
+    for chunk in refused.chunks(1000) {
+        let rows = chunk.iter().map(|r| import_refusals::ActiveModel {
+            job_id: Set(job_id.to_owned()),
+            record: Set(r.record),
+            seq: Set(seq),
+            line: Set(r.line),
+            message: Set(r.message.clone()),
+        });
+        import_refusals::Entity::insert_many(rows)
+            .on_conflict(OnConflict::columns([import_refusals::Column::JobId, import_refusals::Column::Record]).do_nothing().to_owned())
+            .exec_without_returning(db)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The refusals of `job_id` after record `after`, in record order, at most `limit` of them.
+pub async fn refusals_after<C: ConnectionTrait>(db: &C, job_id: &str, after: i64, limit: u64) -> Result<Vec<import_refusals::Model>, DbErr> {
+    import_refusals::Entity::find()
+        .filter(import_refusals::Column::JobId.eq(job_id))
+        .filter(import_refusals::Column::Record.gt(after))
+        .order_by_asc(import_refusals::Column::Record)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// The counts of the last committed batch of `job_id` (all zero before the first).
+pub async fn last_mark<C: ConnectionTrait>(db: &C, job_id: &str) -> Result<Mark, DbErr> {
+    match crate::job_store::checkpoints::last_of(db, job_id).await? {
+        Some(c) => serde_json::from_str(&c.payload).map_err(|e| DbErr::Custom(format!("checkpoint of {job_id}: {e}"))),
+        None => Ok(Mark::default()),
+    }
+}
+
+/// Whether `m` is an import that ended failed or cancelled without the report it is owed: one
+/// is owed once a worker has read its file (it was claimed, or its plan is fixed). The janitor
+/// looks for these with the same rule ([`crate::job_store::transitions::owed_reports`]).
+pub fn owes_report(m: &jobs::Model) -> bool {
+    let ended_short = matches!(ExportStatus::parse(&m.status), Some(ExportStatus::Failed | ExportStatus::Cancelled));
+    JobKind::parse(&m.kind).is_some_and(JobKind::reports_every_ending) && ended_short && m.artifact_key.is_none() && (m.attempt > 0 || m.checkpoint_plan.is_some())
+}
+
+/// Where the report of `m` stands.
+pub fn report_status(m: &jobs::Model) -> ReportStatus {
+    if m.artifact_key.is_some() {
+        ReportStatus::Written
+    } else if owes_report(m) {
+        ReportStatus::Pending
+    } else {
+        ReportStatus::None
     }
 }
 

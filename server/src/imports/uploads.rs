@@ -81,6 +81,10 @@ where
     E: std::fmt::Display,
 {
     ensure_may_import(actor)?;
+    // `exportd drain` stops uploads too (SPEC §9): nothing new is stored while it is on.
+    if state.drain.is_on(&state.db).await? {
+        return Err(AppError::CreationPaused { retry_after_secs: crate::operations::DRAIN_RETRY_AFTER_SECS });
+    }
     let store = state.stores.for_deployment(&state.db, &actor.deployment).await?;
     let id = format!("{UPLOAD_ID_PREFIX}{}", uuid::Uuid::now_v7().simple());
     let receiving = receiving_key(&id);

@@ -11,7 +11,7 @@
 
 use super::transitions::{current, Refusal};
 use super::{audit, begin_write, db_now, Mover};
-use crate::entities::{jobs, job_checkpoints};
+use crate::entities::{import_refusals, jobs, job_checkpoints};
 use app::ExportStatus;
 use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait};
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, Set};
@@ -177,9 +177,21 @@ pub async fn of_jobs<C: ConnectionTrait>(db: &C, job_ids: &[String]) -> Result<V
     job_checkpoints::Entity::find().filter(job_checkpoints::Column::JobId.is_in(job_ids.iter().cloned())).all(db).await
 }
 
-/// Forgets a job's checkpoints and its plan (a redriven job starts again from nothing: what its
-/// steps produced may have been swept since it failed).
+/// Forgets every step a job recorded: its checkpoints and the rows its steps refused (a
+/// redriven export starts again from nothing; a purged record goes with its steps).
 pub async fn forget<C: ConnectionTrait>(db: &C, job_id: &str) -> Result<(), DbErr> {
     job_checkpoints::Entity::delete_many().filter(job_checkpoints::Column::JobId.eq(job_id)).exec(db).await?;
+    import_refusals::Entity::delete_many().filter(import_refusals::Column::JobId.eq(job_id)).exec(db).await?;
+    Ok(())
+}
+
+/// Forgets what the steps of `job` after its last checkpoint recorded (the refused rows of a
+/// batch that was rolled back): the step runs again.
+pub async fn forget_uncommitted<C: ConnectionTrait>(db: &C, job: &jobs::Model) -> Result<(), DbErr> {
+    import_refusals::Entity::delete_many()
+        .filter(import_refusals::Column::JobId.eq(&job.id))
+        .filter(import_refusals::Column::Seq.gt(job.checkpoint_seq))
+        .exec(db)
+        .await?;
     Ok(())
 }

@@ -47,6 +47,16 @@ impl JobKind {
         JobKind::ALL.into_iter().find(|k| is_prefixed_id(id, k.id_prefix()))
     }
 
+    /// Whether every ending of its jobs leaves a report, not only the release (an import's
+    /// failed or cancelled report lists what was and was not applied): the worker writes it
+    /// after the ending, and the janitor for any ending no worker of the job saw.
+    pub fn reports_every_ending(self) -> bool {
+        match self {
+            JobKind::Export => false,
+            JobKind::Import => true,
+        }
+    }
+
     /// The root folder of its published files in a deployment's store.
     pub fn artifact_root(self) -> &'static str {
         match self {

@@ -106,6 +106,13 @@ impl Failure {
         transient: false,
     };
     /// Anything else; retried like a storage failure.
+    /// An import's file is no longer in the store (its upload expired): no attempt can read it.
+    pub const UPLOAD_EXPIRED: Failure = Failure {
+        code: "upload_expired",
+        message: "The uploaded file is no longer kept; upload it again.",
+        retryable: true,
+        transient: false,
+    };
     pub const INTERNAL: Failure = Failure {
         code: "internal",
         message: "An internal error stopped the export.",
@@ -247,9 +254,9 @@ fn moving(backend: DbBackend, id: &str, held: Held) -> UpdateMany<jobs::Entity> 
         .filter(the_row(backend, id, held, LockType::NoKeyUpdate))
 }
 
-/// Records `artifact` on `job` while this attempt still runs it (an import's report, before the
-/// transition that ends the attempt failed or cancelled); `false` when the job is no longer this
-/// attempt's.
+/// Records `artifact` on `job` while this attempt still runs it (an import's report, just
+/// before the transition that ends the attempt failed or cancelled, so the ending and its
+/// report are seen together); `false` when the job is no longer this attempt's.
 pub async fn attach_artifact(db: &DatabaseConnection, job: &jobs::Model, artifact: &Artifact, artifact_ttl: Duration) -> Result<bool, DbErr> {
     let now = db_now(db.get_database_backend());
     let attached = jobs::Entity::update_many()
@@ -265,6 +272,58 @@ pub async fn attach_artifact(db: &DatabaseConnection, job: &jobs::Model, artifac
         .exec(db)
         .await?;
     Ok(attached.rows_affected == 1)
+}
+
+/// Records `artifact` as the report of `job`, which ended failed or cancelled without one (a
+/// kind that [reports every ending](super::kind::JobKind::reports_every_ending)): only while it
+/// still has none and has not moved since, so two writers (its worker and a janitor) record one.
+/// `false` when it was not recorded.
+pub async fn attach_report(db: &DatabaseConnection, job: &jobs::Model, artifact: &Artifact, artifact_ttl: Duration, by: Mover<'_>) -> Result<bool, DbErr> {
+    let backend = db.get_database_backend();
+    let now = db_now(backend);
+    let update = jobs::Entity::update_many()
+        .col_expr(jobs::Column::ArtifactKey, Expr::val(artifact.key.clone()))
+        .col_expr(jobs::Column::ArtifactSha256, Expr::val(artifact.sha256.clone()))
+        .col_expr(jobs::Column::ArtifactBytes, Expr::val(artifact.bytes))
+        .col_expr(jobs::Column::ArtifactRows, Expr::val(artifact.rows))
+        .col_expr(jobs::Column::ArtifactExpiresAt, now.add(artifact_ttl.as_millis() as i64))
+        .col_expr(jobs::Column::ArtifactExpired, Expr::val(false))
+        .col_expr(jobs::Column::UpdatedAt, db_now(backend))
+        .filter(jobs::Column::Id.eq(&job.id))
+        .filter(jobs::Column::Generation.eq(job.generation))
+        .filter(jobs::Column::Status.is_in([Failed.as_str(), Cancelled.as_str()]))
+        .filter(jobs::Column::ArtifactKey.is_null());
+    let txn = begin_write(db).await?;
+    let attached = update.exec_with_returning(&txn).await?;
+    match attached.first() {
+        Some(row) => {
+            audit::record_event(&txn, row, by, row.updated_at, "report written").await?;
+            txn.commit().await?;
+            Ok(true)
+        }
+        None => {
+            txn.rollback().await?;
+            Ok(false)
+        }
+    }
+}
+
+/// Jobs of `deployments` (empty: all) that ended failed or cancelled and are owed a report they
+/// do not have yet: of a kind that reports every ending, once a worker read their file (claimed,
+/// or with a fixed plan). The same rule as `imports::stored::owes_report`.
+pub async fn owed_reports(db: &DatabaseConnection, deployments: &[String], limit: u64) -> Result<Vec<jobs::Model>, DbErr> {
+    let kinds: Vec<&str> = super::kind::JobKind::ALL.into_iter().filter(|k| k.reports_every_ending()).map(|k| k.as_str()).collect();
+    let mut find = jobs::Entity::find();
+    if !deployments.is_empty() {
+        find = find.filter(jobs::Column::Deployment.is_in(deployments.iter().cloned()));
+    }
+    find.filter(jobs::Column::Kind.is_in(kinds))
+        .filter(jobs::Column::Status.is_in([Failed.as_str(), Cancelled.as_str()]))
+        .filter(jobs::Column::ArtifactKey.is_null())
+        .filter(sea_orm::Condition::any().add(jobs::Column::Attempt.gt(0)).add(jobs::Column::CheckpointPlan.is_not_null()))
+        .limit(limit)
+        .all(db)
+        .await
 }
 
 /// The row's status and generation now.
@@ -328,8 +387,12 @@ pub async fn heartbeat(db: &DatabaseConnection, id: &str, generation: i32, lease
     let backend = db.get_database_backend();
     let mut update = jobs::Entity::update_many()
         .col_expr(jobs::Column::LeaseExpiresAt, db_now(backend).add(lease.as_millis() as i64))
-        .col_expr(jobs::Column::RowsWritten, checkpoints::rows_reported(beat.rows_written))
-        .col_expr(jobs::Column::RowsTotal, Expr::val(beat.rows_total));
+        .col_expr(jobs::Column::RowsWritten, checkpoints::rows_reported(beat.rows_written));
+    // A total not counted yet by this attempt leaves the one the claim kept (a job with
+    // checkpoints keeps its plan's total across attempts).
+    if let Some(total) = beat.rows_total {
+        update = update.col_expr(jobs::Column::RowsTotal, Expr::val(total));
+    }
     if beat.progressed {
         update = update.col_expr(jobs::Column::LastProgressAt, db_now(backend));
     }
@@ -547,16 +610,27 @@ pub async fn cancel(db: &DatabaseConnection, id: &str, by: Canceller<'_>) -> Res
     apply(db, id, update, mover, Some("cancel"), None).await
 }
 
-/// An operator's redrive of a failed export: `failed → queued` with its attempts reset, its
-/// error and progress cleared, in its own deployment under the same key and id; the queue's
-/// wait starts again now.
+/// An operator's redrive of a failed job: `failed → queued` with its attempts reset, its error,
+/// progress and report cleared, in its own deployment under the same key and id; the queue's
+/// wait starts again now. One transaction: the move, its audit row and what the job's kind
+/// forgets. An export forgets its checkpoints (it starts again from nothing: what its steps
+/// produced may have been swept since it failed); an import keeps its plan and its committed
+/// batches, which stay applied (its next attempt goes on after them), and forgets the refusals
+/// of a batch that was rolled back (it runs again). A job that reads an upload is redriven only
+/// while the upload is kept, and one whose artifact expired (with it went what a later attempt
+/// needs, an import's validation report) not at all: `NotMoved` with the job still `failed`.
 pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr> {
+    use super::kind::JobKind;
+    use crate::entities::uploads;
     let backend = db.get_database_backend();
-    // An export starts again from nothing; an import keeps its plan and its committed batches,
-    // which stay applied (its next attempt goes on after them).
     let keeps = |kept: Expr, reset: Expr| -> Expr {
-        CaseStatement::new().case(Expr::col((jobs::Entity, jobs::Column::Kind)).eq(super::kind::JobKind::Import.as_str()), kept).finally(reset).into()
+        CaseStatement::new().case(Expr::col((jobs::Entity, jobs::Column::Kind)).eq(JobKind::Import.as_str()), kept).finally(reset).into()
     };
+    let upload_kept = Query::select()
+        .expr(Expr::val(1))
+        .from(uploads::Entity)
+        .and_where(Expr::col((uploads::Entity, uploads::Column::Id)).equals((jobs::Entity, jobs::Column::UploadId)))
+        .to_owned();
     let update = moving(backend, id, Held::Wait)
         .col_expr(jobs::Column::Status, Expr::val(Queued.as_str()))
         .col_expr(jobs::Column::Attempt, Expr::val(0))
@@ -571,8 +645,26 @@ pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr
         .col_expr(jobs::Column::ErrorMessage, none::<String>())
         .col_expr(jobs::Column::ErrorRetryable, none::<bool>())
         .col_expr(jobs::Column::ErrorSupportRef, none::<String>())
-        .filter(jobs::Column::Status.eq(Failed.as_str()));
-    apply(db, id, update, Mover::Operator, Some("redriven"), None).await
+        .col_expr(jobs::Column::ArtifactKey, none::<String>())
+        .col_expr(jobs::Column::ArtifactSha256, none::<String>())
+        .col_expr(jobs::Column::ArtifactBytes, none::<i64>())
+        .col_expr(jobs::Column::ArtifactRows, none::<i64>())
+        .col_expr(jobs::Column::ArtifactExpiresAt, none::<i64>())
+        .filter(jobs::Column::Status.eq(Failed.as_str()))
+        .filter(jobs::Column::ArtifactExpired.eq(false))
+        .filter(sea_orm::Condition::any().add(jobs::Column::UploadId.is_null()).add(Expr::exists(upload_kept)));
+    let txn = begin_write(db).await?;
+    let Some(row) = update.exec_with_returning(&txn).await?.into_iter().next() else {
+        txn.rollback().await?;
+        return Ok(Outcome::NotMoved(current(db, id).await?));
+    };
+    match JobKind::parse(&row.kind) {
+        Some(JobKind::Import) => checkpoints::forget_uncommitted(&txn, &row).await?,
+        Some(JobKind::Export) | None => checkpoints::forget(&txn, id).await?,
+    }
+    audit::record_move(&txn, &row, Mover::Operator, Some("redriven")).await?;
+    txn.commit().await?;
+    Ok(Outcome::Moved(Box::new(row)))
 }
 
 // The janitor's lookups take `now` (read once from the database's clock) as a value: a bound
@@ -637,7 +729,8 @@ pub async fn fail_unclaimed(db: &DatabaseConnection, job: &jobs::Model, ttl: Dur
     apply(db, &job.id, update, by, Some(failure.code), None).await
 }
 
-/// Ready jobs whose artifact is past its retention by `now` and not yet marked expired.
+/// Finished jobs whose artifact (a ready export's file, an import's report whatever its ending)
+/// is past its retention by `now` and not yet marked expired.
 /// Only those of `deployments` (empty: all), since deleting one needs its deployment's store.
 pub async fn due_artifacts(db: &DatabaseConnection, now: i64, deployments: &[String], limit: u64) -> Result<Vec<jobs::Model>, DbErr> {
     let mut find = jobs::Entity::find();
@@ -645,7 +738,8 @@ pub async fn due_artifacts(db: &DatabaseConnection, now: i64, deployments: &[Str
         find = find.filter(jobs::Column::Deployment.is_in(deployments.iter().cloned()));
     }
     find
-        .filter(jobs::Column::Status.eq(Ready.as_str()))
+        .filter(jobs::Column::Status.is_in(TERMINAL))
+        .filter(jobs::Column::ArtifactKey.is_not_null())
         .filter(jobs::Column::ArtifactExpiresAt.lte(now))
         .filter(jobs::Column::ArtifactExpired.eq(false))
         .limit(limit)
@@ -653,12 +747,13 @@ pub async fn due_artifacts(db: &DatabaseConnection, now: i64, deployments: &[Str
         .await
 }
 
-/// Marks a ready job's artifact expired, once its object is deleted; the record stays.
+/// Marks a finished job's artifact expired, once its object is deleted; the record stays.
 pub async fn mark_artifact_expired(db: &DatabaseConnection, job: &jobs::Model, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
     let update = moving(backend, &job.id, Held::Skip)
         .col_expr(jobs::Column::ArtifactExpired, Expr::val(true))
-        .filter(jobs::Column::Status.eq(Ready.as_str()))
+        .filter(jobs::Column::Status.is_in(TERMINAL))
+        .filter(jobs::Column::Generation.eq(job.generation))
         .filter(jobs::Column::ArtifactExpired.eq(false))
         .filter(Expr::col((jobs::Entity, jobs::Column::ArtifactExpiresAt)).lte(db_now(backend)));
     apply(db, &job.id, update, by, Some("artifact expired"), None).await

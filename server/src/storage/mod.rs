@@ -800,12 +800,13 @@ pub fn manifest_key(tenant_id: &str, export_id: &str, sha256: &str) -> Path {
     Path::from(format!("exports/{tenant_id}/{export_id}/manifest-{sha256}.json"))
 }
 
-/// The export id of a key under `exports/`: a file, a manifest, or a part.
+/// The job id of a key under a kind's root (`exports/`, `imports/`): a file, a manifest, or a part.
 pub fn parse_artifact_key(key: &Path) -> Option<String> {
     let parts: Vec<_> = key.parts().collect();
     let published = |file: &str| file.ends_with(".csv") || file.ends_with(".csv.gz") || file.ends_with(".json");
+    let is_root = |root: &str| crate::job_store::kind::JobKind::ALL.iter().any(|k| k.artifact_root() == root);
     match parts.as_slice() {
-        [root, _tenant, id, file] if root.as_ref() == "exports" && published(file.as_ref()) => Some(id.as_ref().to_owned()),
+        [root, _tenant, id, file] if is_root(root.as_ref()) && published(file.as_ref()) => Some(id.as_ref().to_owned()),
         [root, _tenant, id, folder, file] if root.as_ref() == "exports" && folder.as_ref() == "parts" && published(file.as_ref()) => Some(id.as_ref().to_owned()),
         _ => None,
     }

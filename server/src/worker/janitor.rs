@@ -6,12 +6,14 @@
 //! attempts whose lease is renewed but that made no progress for `EXPORTD_STALL_SECS` plus a
 //! lease (`stalled`: their worker's own stall rule did not end them), fails jobs claimable for
 //! longer than `EXPORTD_QUEUE_TTL_SECS` without a claim (`no_worker`), deletes artifacts past
-//! `EXPORTD_ARTIFACT_TTL_SECS` (the record stays, marked expired) and purges records past
+//! `EXPORTD_ARTIFACT_TTL_SECS` (an export's file, an import's report whatever its ending; the
+//! record stays, marked expired) and purges records past
 //! `EXPORTD_RECORD_TTL_SECS` (so their keys may be used again), all on the database's clock and
 //! skipping rows another process holds. Every `EXPORTD_SWEEP_MS` it also sweeps the stores of
 //! the deployments it serves: staging objects (and the partial files of local uploads) of
-//! attempts that can no longer release, and objects under `exports/` that are not their
-//! finished job's artifact and older than the lease plus `EXPORTD_ORPHAN_MARGIN_SECS`. A
+//! attempts that can no longer release, and objects under `exports/` and `imports/` that are
+//! not their finished job's artifact (nor, for a failed import that may be redriven, its
+//! validation's report) and older than the lease plus `EXPORTD_ORPHAN_MARGIN_SECS`. A
 //! checkpointed export's parts (SPEC §5.1) are its artifact with its manifest: kept while it can
 //! still finish and while its bundle is kept; a part no checkpoint references is swept like
 //! staging (once its attempt can no longer checkpoint it). On SQLite
@@ -22,6 +24,7 @@ use crate::db::db_now_ms;
 use crate::entities::{jobs, tenants};
 use crate::error::new_support_ref;
 use crate::imports::uploads;
+use crate::job_store::kind::JobKind;
 use crate::job_store::transitions::{self, Ender, Failure, Outcome};
 use crate::job_store::Mover;
 use crate::storage::{parse_artifact_key, parse_staging_key, part_generation, ExportStore};
@@ -113,7 +116,7 @@ pub async fn pass(ctx: &WorkerContext, sweep: bool) -> Result<Pass, DbErr> {
             };
             done.staging_deleted += sweep_staging(ctx, &store).await?;
             done.staging_deleted += sweep_partial_uploads(ctx, &store).await?;
-            done.orphans_deleted += sweep_exports(ctx, &store).await?;
+            done.orphans_deleted += sweep_published(ctx, &store).await?;
             done.upload_objects_deleted += sweep_uploads(ctx, &store).await?;
         }
     }
@@ -228,20 +231,24 @@ async fn expire_artifacts(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Resul
     Ok(n)
 }
 
-/// Deletes a job's artifact: its file, or a checkpointed export's manifest and then every part
-/// its checkpoints reference (the manifest first, so no new download starts on parts being
-/// deleted); false when the store refused (try again next pass: every delete is idempotent).
+/// Deletes a job's artifact and what its kind keeps with it: a file, or a checkpointed export's
+/// manifest and then every part its checkpoints reference (the manifest first, so no new
+/// download starts on parts being deleted), or an import's report and then its validation's
+/// report; false when the store refused (try again next pass: every delete is idempotent).
 async fn delete_artifact(ctx: &WorkerContext, job: &jobs::Model) -> bool {
     let Some(key) = &job.artifact_key else { return true };
     let Ok(store) = ctx.stores.for_deployment(&ctx.db, &job.deployment).await else { return false };
-    let parts = match crate::job_store::checkpoints::of_job(&ctx.db, &job.id).await {
-        Ok(checkpoints) => crate::exports::parts::from_checkpoints(&checkpoints).unwrap_or_default(),
-        Err(e) => {
-            tracing::warn!(export = %job.id, error = %e, "checkpoints not read; next pass");
-            return false;
-        }
+    let kept_with_it: Vec<String> = match JobKind::parse(&job.kind) {
+        Some(JobKind::Export) | None => match crate::job_store::checkpoints::of_job(&ctx.db, &job.id).await {
+            Ok(checkpoints) => crate::exports::parts::from_checkpoints(&checkpoints).unwrap_or_default().into_iter().map(|p| p.key).collect(),
+            Err(e) => {
+                tracing::warn!(export = %job.id, error = %e, "checkpoints not read; next pass");
+                return false;
+            }
+        },
+        Some(JobKind::Import) => validation_report(job).into_iter().collect(),
     };
-    let keys = std::iter::once(key.clone()).chain(parts.into_iter().map(|p| p.key));
+    let keys = std::iter::once(key.clone()).chain(kept_with_it);
     for key in keys {
         if let Err(e) = store.delete(&Path::from(key.as_str())).await {
             tracing::warn!(export = %job.id, error = %e, "artifact not deleted; next pass");
@@ -414,13 +421,62 @@ fn export_object_is_doomed(meta: &object_store::ObjectMeta, job: Option<&jobs::M
     }
 }
 
+/// The key of an import's validation report, from its plan.
+fn validation_report(job: &jobs::Model) -> Option<String> {
+    crate::imports::stored::plan_of(job).ok().flatten().and_then(|p| p.report).map(|r| r.key)
+}
+
+/// Whether the object `meta` under `imports/` is doomed, given its `job` (as read after the
+/// listing): anything of a job that is gone, or of a finished job that is neither its report
+/// nor the validation's report while something still needs that (the report owed to the job,
+/// or a redrive of a failed import whose report is kept), once older than the lease plus the
+/// margin.
+fn import_object_is_doomed(meta: &object_store::ObjectMeta, job: Option<&jobs::Model>, now: i64, grace: i64) -> bool {
+    let old = meta.last_modified.timestamp_millis() <= now - grace;
+    let Some(job) = job else { return old };
+    let status = ExportStatus::parse(&job.status);
+    let finished = status.is_some_and(ExportStatus::is_terminal);
+    let key = Some(meta.location.as_ref());
+    let is_artifact = !job.artifact_expired && job.artifact_key.as_deref() == key;
+    let redrivable = status == Some(ExportStatus::Failed) && !job.artifact_expired;
+    let needed = validation_report(job).as_deref() == key && (crate::imports::stored::owes_report(job) || redrivable);
+    finished && !is_artifact && !needed && old
+}
+
 /// Whether `key` is a part of a checkpointed export (`exports/{tenant}/{id}/parts/…`).
 fn is_part(key: &Path) -> bool {
     key.parts().nth(3).is_some_and(|folder| folder.as_ref() == "parts")
 }
 
-/// Objects under `exports/` that [`export_object_is_doomed`] picks.
-async fn sweep_exports(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
+/// Objects under every kind's root (`exports/`, `imports/`) that its rule picks:
+/// [`export_object_is_doomed`], [`import_object_is_doomed`].
+async fn sweep_published(ctx: &WorkerContext, store: &ExportStore) -> Result<usize, DbErr> {
     let grace = (ctx.config.lease + ctx.config.orphan_margin).as_millis() as i64;
-    sweep(ctx, store, "exports", parse_artifact_key, true, move |meta, job, referenced, now| export_object_is_doomed(meta, job, referenced, now, grace)).await
+    let mut deleted = 0;
+    for kind in JobKind::ALL {
+        deleted += match kind {
+            JobKind::Export => sweep(ctx, store, kind.artifact_root(), parse_artifact_key, true, move |meta, job, referenced, now| export_object_is_doomed(meta, job, referenced, now, grace)).await?,
+            JobKind::Import => sweep(ctx, store, kind.artifact_root(), parse_artifact_key, false, move |meta, job, _, now| import_object_is_doomed(meta, job, now, grace)).await?,
+        };
+    }
+    Ok(deleted)
+}
+
+/// Writes the reports owed to jobs that ended without the one their kind gives every ending
+/// (an import failed or cancelled by the janitor, by a cancel while it waited, by a worker that
+/// was lost before it wrote one), every `EXPORTD_JANITOR_MS` until shutdown. Apart from the
+/// janitor's pass: a report takes as long as reading its file, and the pass must not wait.
+pub async fn run_reports(ctx: WorkerContext) {
+    let every = ctx.config.janitor_every;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = ctx.shutdown.cancelled() => return,
+        }
+        match super::jobs::import_report::settle_owed(&ctx, BATCH).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(reports = n, "reports written for jobs that did not finish"),
+            Err(e) => tracing::warn!(error = %e, "looking for owed reports failed; next time"),
+        }
+    }
 }

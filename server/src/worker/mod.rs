@@ -107,6 +107,7 @@ pub async fn run(ctx: WorkerContext) {
         tasks.spawn(wakeup::listen(ctx.config.database_url.clone(), ctx.wakeup.clone(), ctx.shutdown.clone()));
     }
     tasks.spawn(janitor::run(ctx.clone()));
+    tasks.spawn(janitor::run_reports(ctx.clone()));
     for _ in 0..ctx.worker.concurrency {
         tasks.spawn(claim_loop(ctx.clone()));
     }

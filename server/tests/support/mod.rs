@@ -138,6 +138,10 @@ impl TestApp {
     }
 
     pub async fn start(opts: Options) -> TestApp {
+        // `EXPORTD_TEST_LOG=warn` (or any filter) shows the app's log, for a failing test.
+        if let Ok(filter) = std::env::var("EXPORTD_TEST_LOG") {
+            let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         let (database_url, pg) = fresh_database(opts.backend, dir.path()).await;
         let mut config = test_config(&database_url, dir.path());

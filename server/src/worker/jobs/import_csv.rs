@@ -2,54 +2,50 @@
 //! record, before anything is written — writes the errors to a report and fixes what it found as
 //! the job's checkpoint plan, so no later attempt validates again. Then, unless its policy fails
 //! it, it applies the valid records in batches: each batch is one transaction holding the fenced
-//! checkpoint of the batch (the job's row, this generation, running, the actor still an admin)
-//! and the batch's upserts, so a batch commits exactly once and a lost worker's batch commits
-//! nothing; a later attempt continues after the last committed record. A dry run does the same
-//! work in transactions it rolls back, and records its checkpoints apart. The report (every
-//! error in input order, and for a failed or cancelled import the rows not applied) is the
-//! job's artifact.
+//! checkpoint of the batch (the job's row, this generation, running, the actor still an admin),
+//! the batch's upserts and the rows the database refused, so a batch commits exactly once and a
+//! lost worker's batch commits nothing; a later attempt continues after the last committed
+//! record. A bounded wait inside a batch (a lock, a deadlock) rolls it back and runs it again,
+//! until the stall rule ends the attempt. A dry run does the same work in transactions it rolls
+//! back, and records its checkpoints apart. The report is written by [`super::import_report`]:
+//! before the release of a ready import, and after every other ending, whoever caused it.
 
 use super::attempt::{begin, end, Stop};
 use super::duplicate_keys::KeyRuns;
+use super::import_file::{self, Entries, Next, Row, Rows};
+use super::import_report::{self, Ending, VALIDATION_REPORT};
 use crate::entities::{customers, jobs, orders};
-use crate::imports::datasets::{read_cell, CellKind, ColumnRule, Dataset, Header, Problem, Value};
-use crate::imports::stored::{request_of, resolved_of, Mark, Plan, ReportFile};
+use crate::imports::datasets::{Dataset, Problem, Value};
+use crate::imports::stored::{self, request_of, resolved_of, Mark, Plan, Refused};
 use crate::job_store::authority::Authority;
-use crate::job_store::transitions::{self, Artifact, Failure};
+use crate::job_store::transitions::{self, Artifact, Failure, Refusal};
 use crate::job_store::{begin_write, checkpoints, Mover};
-use crate::storage::{staging_part_key, ExportStore, StagingUpload};
-use crate::worker::csv_cells::defuse;
+use crate::storage::ExportStore;
 use crate::worker::lease::Lease;
 use crate::worker::WorkerContext;
 use app::{ImportMode, OnError, RowError};
-use futures::StreamExt;
-use object_store::path::Path;
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveValue::NotSet, ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, Set, TransactionTrait};
+use sea_orm::{ActiveValue::NotSet, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, QueryFilter, Set, TransactionTrait};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::time::Duration;
 
-/// Records handed from the parsing thread at a time.
-const CHUNK: usize = 512;
 /// Errors kept in the view.
 const FIRST_ERRORS: usize = 10;
-/// The staging objects of an attempt: the validation's report, and the final one.
-const VALIDATION_REPORT: i32 = 1;
-const FINAL_REPORT: i32 = 2;
 
-/// Runs one claimed import to the end of its attempt.
+/// Runs one claimed import to the end of its attempt; an ending other than the release then
+/// gets its report, as every ending does (the janitor writes it when this process cannot).
 pub async fn run(ctx: &WorkerContext, job: jobs::Model) {
     let Some(lease) = begin(ctx, &job).await else { return };
     let store = ctx.stores.for_deployment(&ctx.db, &job.deployment).await;
     let result = match &store {
         Ok(store) => {
-            let attempt = Attempt { ctx, job: &job, store, lease: &lease, refused_in_failed_batch: Default::default() };
-            // A cancel is met at the next batch, where the report of the rows not applied is
-            // written; a lost lease or a stall ends the attempt wherever it waits.
+            let attempt = Attempt { ctx, job: &job, store, lease: &lease };
+            // A cancel is met at the next batch; a lost lease or a stall ends the attempt
+            // wherever it waits.
             tokio::select! {
                 biased;
-                result = attempt.run() => result,
+                result = attempt.run_to_its_end() => result,
                 holding = lease.lost() => Err(Stop::interrupted(holding)),
             }
         }
@@ -58,9 +54,11 @@ pub async fn run(ctx: &WorkerContext, job: jobs::Model) {
     drop(lease);
     end(ctx, &job, result).await;
     if let Ok(store) = store {
-        for key in [staging_part_key(&job.id, job.generation, VALIDATION_REPORT), staging_part_key(&job.id, job.generation, FINAL_REPORT)] {
-            let _ = store.delete(&key).await;
+        // A process shutting down leaves the report to a janitor: it may take a file's read.
+        if !ctx.shutdown.is_cancelled() {
+            import_report::settle_logged(ctx, &store, &job.id).await;
         }
+        import_report::forget_staging(&store, &job).await;
     }
 }
 
@@ -69,55 +67,6 @@ struct Attempt<'a> {
     job: &'a jobs::Model,
     store: &'a ExportStore,
     lease: &'a Lease,
-    /// The refused rows of a batch rolled back under `abort`, for the report.
-    refused_in_failed_batch: std::sync::Mutex<Vec<RowError>>,
-}
-
-/// One record of the file: where it starts and its cells as the file has them.
-#[derive(Debug, Clone)]
-struct Record {
-    /// 1-based among the data records.
-    number: i64,
-    /// The physical line where it starts (the header is line 1).
-    line: i64,
-    cells: Vec<String>,
-}
-
-/// A record read by the header's rules.
-#[derive(Debug, Clone)]
-struct Row {
-    record: Record,
-    /// The settable columns the file has, with their values.
-    values: Vec<(ColumnRule, Value)>,
-    problems: Vec<Problem>,
-}
-
-impl Row {
-    /// The record's key, when its key cell is valid (read first, so it is the first value).
-    fn key(&self) -> Option<String> {
-        match self.values.first() {
-            Some((rule, Value::Text(t))) if rule.name == "email" => Some(migrations::email_key(t)),
-            Some((rule, Value::Text(t))) if rule.name == "order_ref" => Some(t.clone()),
-            _ => None,
-        }
-    }
-
-    fn text(&self, name: &str) -> Option<&str> {
-        self.values.iter().find_map(|(r, v)| match v {
-            Value::Text(t) if r.name == name => Some(t.as_str()),
-            _ => None,
-        })
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.values.iter().any(|(r, _)| r.name == name)
-    }
-}
-
-/// What reading the file gave: the header, then chunks of records, or a whole-file error.
-enum Read {
-    Header(Vec<String>),
-    Records(Vec<Record>),
 }
 
 impl Attempt<'_> {
@@ -141,131 +90,63 @@ impl Attempt<'_> {
         }
     }
 
+    /// Runs the attempt; when it ends the import for good (failed, cancelled), its report is
+    /// recorded first, under the lease, so the ending and its report are seen together.
+    async fn run_to_its_end(&self) -> Result<Box<jobs::Model>, Stop> {
+        let result = self.run().await.map_err(|stop| match stop {
+            // The refusal of a batch or of the release after a revocation is the import's own.
+            Stop::Revoked => Stop::Failed { failure: Failure::IMPORT_REVOKED, detail: "the actor may no longer import".into() },
+            other => other,
+        });
+        if let Err(stop) = &result {
+            if ends_for_good(stop, self.job, self.ctx.config.max_attempts) {
+                import_report::attach_before_ending(self.ctx, self.store, self.job).await;
+            }
+        }
+        result
+    }
+
     async fn run(&self) -> Result<Box<jobs::Model>, Stop> {
         let job = self.job;
         self.fault("after_claim")?;
         self.checkpoint()?;
         let request = request_of(job).map_err(Stop::internal)?;
         let dataset = Dataset::parse(&request.dataset).ok_or_else(|| Stop::internal(format!("unknown dataset {:?}", request.dataset)))?;
-        match self.authorised().await {
-            Err(Stop::Revoked) => return Err(Stop::Failed { failure: Failure::IMPORT_REVOKED, detail: "the actor may no longer import".into() }),
-            other => other?,
-        }
-        let plan = match crate::imports::stored::plan_of(job).map_err(Stop::internal)? {
+        self.authorised().await?;
+        let plan = match stored::plan_of(job).map_err(Stop::internal)? {
             Some(plan) => plan,
             None => {
-                let found = match self.validate(dataset, request.on_error, request.max_errors).await {
-                    Ok(found) => found,
-                    // Cancelled before the file was checked through: nothing was applied, so the
-                    // report lists every row as not applied (SPEC §10), like a cancel between
-                    // batches.
-                    Err(Stop::CancelRequested) => return Err(self.cancel_with_report(&Plan::default(), dataset).await),
-                    Err(other) => return Err(other),
-                };
+                let found = self.validate(dataset, request.on_error, request.max_errors).await?;
                 let text = serde_json::to_string(&found).map_err(Stop::internal)?;
                 let fixed = checkpoints::fix_plan(&self.ctx.db, job, &text).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
                 serde_json::from_str(&fixed).map_err(Stop::internal)?
             }
         };
+        // From here on the progress counts the file's records applied, out of all of them.
+        self.lease.counted(plan.rows);
         if let Some(code) = &plan.fails {
             let failure = if code == Failure::INVALID_FILE.code { Failure::INVALID_FILE } else { Failure::VALIDATION_FAILED };
-            return Err(self.fail_with_report(&plan, dataset, failure, None).await);
+            return Err(Stop::Failed { failure, detail: failure.code.to_owned() });
         }
-        let applied = self.apply(dataset, request.mode, request.on_error, &plan).await;
-        let last = match applied {
-            Ok(last) => last,
-            Err(Stop::Failed { failure, detail }) if failure == Failure::APPLY_FAILED => {
-                tracing::warn!(job = %job.id, detail, "a row was refused under abort");
-                return Err(self.fail_with_report(&plan, dataset, failure, Some(detail)).await);
-            }
-            Err(Stop::Revoked) => return Err(self.fail_with_report(&plan, dataset, Failure::IMPORT_REVOKED, None).await),
-            Err(Stop::CancelRequested) => return Err(self.cancel_with_report(&plan, dataset).await),
-            Err(other) => return Err(other),
-        };
-        let report = self.write_report(dataset, &plan, None, &last.refused_rows).await?;
+        let last = self.apply(dataset, request.mode, request.on_error, &plan).await?;
+        let report = import_report::write(self.ctx, self.store, job, Ending::Released).await?;
+        self.fault("import_before_release")?;
         self.checkpoint()?;
-        // The job's progress then shows the file's records, done.
         let artifact = Artifact { key: report.key.clone(), sha256: report.sha256.clone(), bytes: report.bytes, rows: plan.rows, bundle_digest: None };
         let by = Mover::Worker(&self.ctx.worker_id);
         let released = transitions::release(&self.ctx.db, job, &artifact, self.ctx.config.artifact_ttl, Authority::Import, by, &self.ctx.faults)
             .await
             .map_err(Stop::internal)?
             .map_err(Stop::refused)?;
-        self.ctx.metrics.rows_imported.inc_by(if request.mode == ImportMode::Apply { last.mark.applied() as u64 } else { 0 });
-        self.ctx.metrics.rows_rejected.inc_by((plan.invalid + last.mark.refused) as u64);
+        self.ctx.metrics.rows_imported.inc_by(if request.mode == ImportMode::Apply { last.applied() as u64 } else { 0 });
+        self.ctx.metrics.rows_rejected.inc_by((plan.invalid + last.refused) as u64);
         Ok(released)
     }
 
-    /// Writes the final report (with the rows not applied) as the job's artifact, then ends the
-    /// attempt's work as cancelled. `plan` is the checked file's, or the empty plan of a file the
-    /// cancel stopped before it was checked through (every row then reported not applied).
-    async fn cancel_with_report(&self, plan: &Plan, dataset: Dataset) -> Stop {
-        self.attach_final_report(plan, dataset).await;
-        Stop::CancelRequested
-    }
-
-    /// Writes the final report (with the rows not applied) as the job's artifact, then ends the
-    /// attempt's work with `failure`.
-    async fn fail_with_report(&self, plan: &Plan, dataset: Dataset, failure: Failure, detail: Option<String>) -> Stop {
-        self.attach_final_report(plan, dataset).await;
-        Stop::Failed { failure, detail: detail.unwrap_or_else(|| failure.code.to_owned()) }
-    }
-
-    /// Writes the report of an import that stops before its end — every error, and the rows
-    /// not applied — and records it as the job's artifact.
-    async fn attach_final_report(&self, plan: &Plan, dataset: Dataset) {
-        let mut refused = self.refused_so_far().await.unwrap_or_default();
-        if let Ok(mut pending) = self.refused_in_failed_batch.lock() {
-            refused.append(&mut pending);
-        }
-        let applied_through = self.last_mark().await.map(|m| m.last_record).unwrap_or(0);
-        match self.write_report(dataset, plan, Some(applied_through), &refused).await {
-            Ok(report) => {
-                let artifact = Artifact { key: report.key, sha256: report.sha256, bytes: report.bytes, rows: report.rows, bundle_digest: None };
-                if let Err(e) = transitions::attach_artifact(&self.ctx.db, self.job, &artifact, self.ctx.config.artifact_ttl).await {
-                    tracing::warn!(job = %self.job.id, error = %e, "the report of a failed import was not recorded");
-                }
-            }
-            Err(e) => tracing::warn!(job = %self.job.id, error = ?e, "the report of a failed import was not written"),
-        }
-    }
-
-    async fn last_mark(&self) -> Option<Mark> {
-        let last = checkpoints::last_of(&self.ctx.db, &self.job.id).await.ok()??;
-        serde_json::from_str(&last.payload).ok()
-    }
-
-    /// The errors of the rows the database refused, as the last committed batch carries them
-    /// (each batch's checkpoint carries every refused row so far).
-    async fn refused_so_far(&self) -> Result<Vec<RowError>, Stop> {
-        Ok(self.last_payload().await?.refused_rows)
-    }
-
-    /// Reads the upload, in a blocking thread, into chunks of records sent as they are parsed.
-    fn read(&self) -> Result<tokio::sync::mpsc::Receiver<Result<Read, Problem>>, Stop> {
-        let resolved = resolved_of(self.job).map_err(Stop::internal)?;
-        let objects = self.store.objects().clone();
-        let key = Path::from(resolved.object_key.as_str());
-        let (tx, rx) = tokio::sync::mpsc::channel(2);
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            let stream = handle.block_on(async { objects.get(&key).await.map(|r| r.into_stream()) });
-            let stream = match stream {
-                Ok(s) => s.map(|chunk| chunk.map_err(std::io::Error::other)),
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(Problem { column: String::new(), code: "storage", message: e.to_string() }));
-                    return;
-                }
-            };
-            let reader = tokio_util::io::SyncIoBridge::new_with_handle(tokio_util::io::StreamReader::new(stream), handle);
-            parse(reader, &tx);
-        });
-        Ok(rx)
-    }
-
-    /// A reader of the file's records by the header's rules.
+    /// The file's rows by `dataset`'s header.
     fn rows(&self, dataset: Dataset) -> Result<Rows, Stop> {
-        Ok(Rows { rx: self.read()?, header: None, dataset })
+        let resolved = resolved_of(self.job).map_err(Stop::internal)?;
+        Ok(import_file::rows(self.store, &resolved.object_key, dataset))
     }
 
     /// The keys the file carries more than once (as 64-bit digests of the key), found in sorted
@@ -322,17 +203,17 @@ impl Attempt<'_> {
     async fn validate(&self, dataset: Dataset, on_error: OnError, max_errors: Option<u64>) -> Result<Plan, Stop> {
         let duplicated = match self.duplicated_keys(dataset).await? {
             Ok(d) => d,
-            Err(p) => return self.invalid_file(p).await,
+            Err(p) => return Ok(invalid_file(p)),
         };
-        let staging = staging_part_key(&self.job.id, self.job.generation, VALIDATION_REPORT);
-        let mut report = ReportWriter::start(self.store, &staging).map_err(Stop::internal)?;
+        let staging = crate::storage::staging_part_key(&self.job.id, self.job.generation, VALIDATION_REPORT);
+        let mut report = import_report::ReportWriter::start(self.store, &staging).map_err(Stop::internal)?;
         let (mut rows_n, mut invalid, mut first) = (0i64, 0i64, Vec::new());
         let mut reader = self.rows(dataset)?;
         loop {
             let mut rows = match reader.next().await? {
                 Next::Rows(rows) => rows,
                 Next::End => break,
-                Next::Invalid(p) => return self.invalid_file(p).await,
+                Next::Invalid(p) => return Ok(invalid_file(p)),
             };
             self.refine(dataset, &mut rows, &duplicated).await?;
             for row in &rows {
@@ -351,7 +232,6 @@ impl Attempt<'_> {
             self.fault("import_validating")?;
             self.checkpoint()?;
         }
-        self.lease.counted(rows_n);
         let written = report.finish(self.store, &self.job.tenant_id, &self.job.id, &staging).await.map_err(Stop::storage)?;
         let too_many = match on_error {
             OnError::Abort => invalid > 0,
@@ -367,26 +247,17 @@ impl Attempt<'_> {
         })
     }
 
-    /// The plan of a file that cannot be read as the dataset's CSV.
-    async fn invalid_file(&self, p: Problem) -> Result<Plan, Stop> {
-        Ok(Plan {
-            rows: 0,
-            valid: 0,
-            invalid: 0,
-            first_errors: vec![RowError { line: 1, column: p.column, code: p.code.into(), message: p.message }],
-            report: None,
-            fails: Some(Failure::INVALID_FILE.code.to_owned()),
-        })
-    }
-
     /// The applying phase: the valid records after the last committed batch, in batches.
-    async fn apply(&self, dataset: Dataset, mode: ImportMode, on_error: OnError, plan: &Plan) -> Result<BatchPayload, Stop> {
+    async fn apply(&self, dataset: Dataset, mode: ImportMode, on_error: OnError, plan: &Plan) -> Result<Mark, Stop> {
         // The rows the validation found invalid (a duplicated key among them) are those its
-        // report names: the file is not searched for duplicates again.
-        let invalid_lines = self.invalid_lines(plan).await?;
-        let start = self.last_payload().await?;
-        let seq0 = self.job.checkpoint_seq;
-        let mut state = Applying { seq: seq0, last: start.clone(), pending: Vec::new() };
+        // report names, read beside the file in line order: the file is not searched again.
+        let mut invalid = match &plan.report {
+            Some(file) if plan.invalid > 0 => Entries::open(self.store, &file.key),
+            _ => Entries::none(),
+        };
+        let start = stored::last_mark(&self.ctx.db, &self.job.id).await.map_err(Stop::internal)?;
+        self.lease.wrote(start.last_record);
+        let mut state = Applying { seq: self.job.checkpoint_seq, last: start, pending: Vec::new() };
         let batch_rows = self.ctx.config.import_batch_rows as usize;
         let mut reader = self.rows(dataset)?;
         loop {
@@ -396,10 +267,11 @@ impl Attempt<'_> {
                 Next::Invalid(p) => return Err(Stop::invalid_data(p.message)),
             };
             for mut row in rows {
-                if row.record.number <= state.last.mark.last_record {
+                if row.record.number <= state.last.last_record {
                     continue;
                 }
-                if invalid_lines.contains(&row.record.line) && row.problems.is_empty() {
+                let known = invalid.take(row.record.line).await?;
+                if !known.is_empty() && row.problems.is_empty() {
                     row.problems.push(Problem { column: String::new(), code: "invalid", message: "invalid when the file was validated".into() });
                 }
                 state.pending.push(row);
@@ -415,350 +287,155 @@ impl Attempt<'_> {
         Ok(state.last)
     }
 
-    /// The lines of the records the validation found invalid, from its report.
-    async fn invalid_lines(&self, plan: &Plan) -> Result<HashSet<i64>, Stop> {
-        let mut lines = HashSet::new();
-        let Some(file) = &plan.report else { return Ok(lines) };
-        let bytes = self.store.objects().get(&Path::from(file.key.as_str())).await.map_err(Stop::storage)?.bytes().await.map_err(Stop::storage)?;
-        let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(&bytes[..]);
-        for rec in reader.records().flatten() {
-            if let Some(line) = rec.get(0).and_then(|l| l.parse::<i64>().ok()) {
-                lines.insert(line);
+    /// Applies (or, in a dry run, tries and rolls back) the pending rows as one batch with its
+    /// checkpoint. A bounded wait (a lock held past `lock_timeout`, a deadlock, a serialization
+    /// failure, SQLite's busy timeout) rolls the batch back and runs it again after a pause:
+    /// nothing moved, so nothing is counted, and the stall rule bounds how long it may go on.
+    async fn batch(&self, dataset: Dataset, mode: ImportMode, on_error: OnError, state: &mut Applying) -> Result<(), Stop> {
+        let mut waits = 0u32;
+        loop {
+            match self.try_batch(dataset, mode, on_error, state).await? {
+                Some(mark) => {
+                    state.seq += 1;
+                    state.last = mark;
+                    state.pending.clear();
+                    return Ok(());
+                }
+                None => {
+                    waits += 1;
+                    self.ctx.metrics.import_batch_waits.inc();
+                    tracing::info!(job = %self.job.id, waits, "a batch met a bounded wait; it runs again");
+                    tokio::time::sleep(Duration::from_millis(100 << waits.min(4))).await;
+                    self.checkpoint()?;
+                }
             }
         }
-        Ok(lines)
     }
 
-    async fn last_payload(&self) -> Result<BatchPayload, Stop> {
-        match checkpoints::last_of(&self.ctx.db, &self.job.id).await.map_err(Stop::internal)? {
-            Some(c) => serde_json::from_str(&c.payload).map_err(Stop::internal),
-            None => Ok(BatchPayload::default()),
-        }
-    }
-
-    /// Applies (or, in a dry run, tries and rolls back) the pending rows as one batch with its
-    /// checkpoint.
-    async fn batch(&self, dataset: Dataset, mode: ImportMode, on_error: OnError, state: &mut Applying) -> Result<(), Stop> {
+    /// One try at the pending rows: the batch's counts once committed, or `None` when a bounded
+    /// wait gave up and nothing moved.
+    async fn try_batch(&self, dataset: Dataset, mode: ImportMode, on_error: OnError, state: &Applying) -> Result<Option<Mark>, Stop> {
         self.fault("import_before_batch")?;
         self.checkpoint()?;
         self.authorised().await?;
-        let rows = std::mem::take(&mut state.pending);
-        let Some(last_record) = rows.last().map(|r| r.record.number) else { return Ok(()) };
+        let Some(last_record) = state.pending.last().map(|r| r.record.number) else { return Ok(Some(state.last)) };
         let seq = state.seq + 1;
-        let txn = begin_write(&self.ctx.db).await.map_err(Stop::internal)?;
+        let mut mark = state.last;
+        mark.last_record = last_record;
+        let mut refused = Vec::new();
+        match self.write_batch(dataset, mode, on_error, &state.pending, seq, &mut mark, &mut refused).await {
+            Ok(Written::Committed) => {
+                self.lease.wrote(last_record);
+                Ok(Some(mark))
+            }
+            Ok(Written::Refused(refusal)) => Err(Stop::refused(refusal)),
+            Ok(Written::Faulted) => Err(Stop::storage("a fault point stopped the batch before its commit")),
+            Ok(Written::RolledBackUnderAbort) => {
+                // The report lists them all the same: recorded past the last checkpoint, as a
+                // batch that did not commit.
+                stored::record_refusals(&self.ctx.db, &self.job.id, seq, &refused).await.map_err(Stop::internal)?;
+                Err(Stop::Failed { failure: Failure::APPLY_FAILED, detail: format!("{} row(s) refused in batch {seq}", refused.len()) })
+            }
+            Err(e) if crate::db::is_busy(&e) => Ok(None),
+            Err(e) => Err(Stop::internal(e)),
+        }
+    }
+
+    /// The batch's transaction: its fenced checkpoint (an apply's is opened first, so the job's
+    /// row is this attempt's for the whole batch), its rows, the rows refused, and its commit.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_batch(&self, dataset: Dataset, mode: ImportMode, on_error: OnError, rows: &[Row], seq: i32, mark: &mut Mark, refused: &mut Vec<Refused>) -> Result<Written, DbErr> {
+        let txn = begin_write(&self.ctx.db).await?;
         let opened = if mode == ImportMode::Apply {
-            match checkpoints::open_step(&txn, self.job, seq, last_record, Some(Authority::Import.condition())).await.map_err(Stop::internal)? {
+            match checkpoints::open_step(&txn, self.job, seq, mark.last_record, Some(Authority::Import.condition())).await? {
                 Some(row) => Some(row),
                 None => {
-                    txn.rollback().await.map_err(Stop::internal)?;
-                    let refusal = checkpoints::refusal(&self.ctx.db, self.job).await.map_err(Stop::internal)?;
-                    return Err(Stop::refused(refusal));
+                    txn.rollback().await?;
+                    return Ok(Written::Refused(checkpoints::refusal(&self.ctx.db, self.job).await?));
                 }
             }
         } else {
             None
         };
-        let mut mark = state.last.mark;
-        mark.last_record = last_record;
-        let mut refused_rows = Vec::new();
-        let written = write_rows(&txn, dataset, &self.job.tenant_id, &rows, &mut mark, &mut refused_rows).await.map_err(Stop::internal)?;
-        if on_error == OnError::Abort && !refused_rows.is_empty() {
-            txn.rollback().await.map_err(Stop::internal)?;
-            if let Ok(mut pending) = self.refused_in_failed_batch.lock() {
-                pending.extend(refused_rows);
-            }
-            return Err(Stop::Failed { failure: Failure::APPLY_FAILED, detail: format!("{} row(s) refused in batch {seq}", written.refused) });
+        write_rows(&txn, dataset, &self.job.tenant_id, rows, mark, refused).await?;
+        if on_error == OnError::Abort && !refused.is_empty() {
+            txn.rollback().await?;
+            return Ok(Written::RolledBackUnderAbort);
         }
-        let mut payload = BatchPayload { mark, refused_rows: state.last.refused_rows.clone() };
-        payload.refused_rows.extend(refused_rows);
-        let json = serde_json::to_value(&payload).map_err(Stop::internal)?;
-        let by = Mover::Worker(&self.ctx.worker_id);
-        match opened {
-            Some(row) => {
-                checkpoints::close_step(&txn, self.job, &row, seq, &json, by).await.map_err(Stop::internal)?;
-                if self.ctx.faults.check("import_batch_before_commit", &self.job.id).is_err() {
-                    txn.rollback().await.map_err(Stop::internal)?;
-                    return Err(Stop::storage("a fault point stopped the batch before its commit"));
-                }
-                txn.commit().await.map_err(Stop::internal)?;
-            }
+        let payload = serde_json::to_value(&*mark).map_err(|e| DbErr::Custom(e.to_string()))?;
+        let (txn, row) = match opened {
+            Some(row) => (txn, row),
+            // A dry run writes nothing of its rows: its checkpoint goes in a transaction of its own.
             None => {
-                txn.rollback().await.map_err(Stop::internal)?;
-                checkpoints::record(&self.ctx.db, self.job, seq, &json, last_record, by).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
-            }
-        }
-        self.lease.wrote(last_record);
-        state.seq = seq;
-        state.last = payload;
-        Ok(())
-    }
-
-    /// Writes the report: every error of the validation's report and the refused rows in input
-    /// order and, with `applied_through`, a `not_applied` row for each valid record after it.
-    async fn write_report(&self, dataset: Dataset, plan: &Plan, applied_through: Option<i64>, refused: &[RowError]) -> Result<ReportFile, Stop> {
-        let staging = staging_part_key(&self.job.id, self.job.generation, FINAL_REPORT);
-        let mut report = ReportWriter::start(self.store, &staging).map_err(Stop::internal)?;
-        if plan.fails.as_deref() == Some(Failure::INVALID_FILE.code) {
-            for e in &plan.first_errors {
-                report.row(e.line, &e.column, &e.code, &e.message, &[]).await.map_err(Stop::storage)?;
-            }
-            return report.finish(self.store, &self.job.tenant_id, &self.job.id, &staging).await.map_err(Stop::storage);
-        }
-        let mut validation: HashMap<i64, Vec<(String, String, String)>> = HashMap::new();
-        if let Some(file) = &plan.report {
-            let bytes = self.store.objects().get(&Path::from(file.key.as_str())).await.map_err(Stop::storage)?.bytes().await.map_err(Stop::storage)?;
-            let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(&bytes[..]);
-            for rec in reader.records().flatten() {
-                if let Some(line) = rec.get(0).and_then(|l| l.parse::<i64>().ok()) {
-                    validation.entry(line).or_default().push((rec.get(1).unwrap_or("").into(), rec.get(2).unwrap_or("").into(), rec.get(3).unwrap_or("").into()));
-                }
-            }
-        }
-        let mut by_line: HashMap<i64, Vec<&RowError>> = HashMap::new();
-        for e in refused {
-            by_line.entry(e.line).or_default().push(e);
-        }
-        // A file with nothing to report has a report of its header alone: it is not read again.
-        if validation.is_empty() && by_line.is_empty() && applied_through.is_none() {
-            return report.finish(self.store, &self.job.tenant_id, &self.job.id, &staging).await.map_err(Stop::storage);
-        }
-        let mut reader = self.rows(dataset)?;
-        loop {
-            let rows = match reader.next().await? {
-                Next::Rows(rows) => rows,
-                Next::End => break,
-                Next::Invalid(p) => {
-                    report.row(1, &p.column, p.code, &p.message, &[]).await.map_err(Stop::storage)?;
-                    break;
-                }
-            };
-            for row in rows {
-                let line = row.record.line;
-                let mut wrote = false;
-                for (column, code, message) in validation.get(&line).into_iter().flatten() {
-                    report.row(line, column, code, message, &row.record.cells).await.map_err(Stop::storage)?;
-                    wrote = true;
-                }
-                for e in by_line.get(&line).into_iter().flatten() {
-                    report.row(line, &e.column, &e.code, &e.message, &row.record.cells).await.map_err(Stop::storage)?;
-                    wrote = true;
-                }
-                if let Some(through) = applied_through {
-                    if !wrote && row.record.number > through {
-                        report.row(line, "", "not_applied", "this row was not applied", &row.record.cells).await.map_err(Stop::storage)?;
+                txn.rollback().await?;
+                let txn = begin_write(&self.ctx.db).await?;
+                match checkpoints::open_step(&txn, self.job, seq, mark.last_record, None).await? {
+                    Some(row) => (txn, row),
+                    None => {
+                        txn.rollback().await?;
+                        return Ok(Written::Refused(checkpoints::refusal(&self.ctx.db, self.job).await?));
                     }
                 }
             }
+        };
+        stored::record_refusals(&txn, &self.job.id, seq, refused).await?;
+        checkpoints::close_step(&txn, self.job, &row, seq, &payload, Mover::Worker(&self.ctx.worker_id)).await?;
+        if self.ctx.faults.check("import_batch_before_commit", &self.job.id).is_err() {
+            txn.rollback().await?;
+            return Ok(Written::Faulted);
         }
-        report.finish(self.store, &self.job.tenant_id, &self.job.id, &staging).await.map_err(Stop::storage)
+        txn.commit().await?;
+        Ok(Written::Committed)
     }
 }
 
-/// What the next read of the file gave.
-enum Next {
-    /// Records, read by the header's rules.
-    Rows(Vec<Row>),
-    /// The end of the file.
-    End,
-    /// A whole-file error.
-    Invalid(Problem),
-}
-
-/// The file's records, a chunk at a time, as the parsing thread sends them.
-struct Rows {
-    rx: tokio::sync::mpsc::Receiver<Result<Read, Problem>>,
-    header: Option<Header>,
-    dataset: Dataset,
-}
-
-impl Rows {
-    async fn next(&mut self) -> Result<Next, Stop> {
-        loop {
-            let Some(next) = self.rx.recv().await else {
-                return Ok(match self.header {
-                    Some(_) => Next::End,
-                    None => Next::Invalid(Problem { column: String::new(), code: "missing_header", message: "the file has no header row".into() }),
-                });
-            };
-            match next {
-                Ok(Read::Header(names)) => {
-                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                    match Header::read(self.dataset, &names) {
-                        Ok(h) => self.header = Some(h),
-                        Err(p) => return Ok(Next::Invalid(p)),
-                    }
-                }
-                Ok(Read::Records(records)) => {
-                    let Some(h) = &self.header else { return Ok(Next::Invalid(Problem { column: String::new(), code: "missing_header", message: "the file has no header row".into() })) };
-                    return Ok(Next::Rows(records.into_iter().map(|r| read_row(h, r)).collect()));
-                }
-                Err(p) if p.code == "storage" => return Err(Stop::storage(p.message)),
-                Err(p) => return Ok(Next::Invalid(p)),
-            }
-        }
+/// Whether `stop` ends the import for good rather than for a later attempt: a cancel, a
+/// permanent failure, or a transient one with no attempt left (the attempt's own
+/// transition decides the same way; a report recorded before a move that went otherwise is
+/// replaced at the release, or cleared by a redrive).
+fn ends_for_good(stop: &Stop, job: &jobs::Model, max_attempts: i32) -> bool {
+    match stop {
+        Stop::CancelRequested | Stop::Revoked => true,
+        Stop::Failed { failure, .. } => !failure.transient || job.attempt >= max_attempts,
+        Stop::Stalled => job.attempt >= max_attempts,
+        Stop::Lost | Stop::Shutdown => false,
     }
 }
 
-/// A batch's checkpoint: the counts and the refused rows so far.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-struct BatchPayload {
-    #[serde(flatten)]
-    mark: Mark,
-    #[serde(default)]
-    refused_rows: Vec<RowError>,
+/// The plan of a file that cannot be read as the dataset's CSV.
+fn invalid_file(p: Problem) -> Plan {
+    Plan {
+        rows: 0,
+        valid: 0,
+        invalid: 0,
+        first_errors: vec![RowError { line: 1, column: p.column, code: p.code.into(), message: p.message }],
+        report: None,
+        fails: Some(Failure::INVALID_FILE.code.to_owned()),
+    }
+}
+
+/// How a batch's transaction ended.
+enum Written {
+    /// Committed with its checkpoint.
+    Committed,
+    /// The checkpoint was refused (the job is not this attempt's, a cancel was asked, the actor
+    /// may no longer import): nothing written.
+    Refused(Refusal),
+    /// Rows were refused under `abort`: rolled back.
+    RolledBackUnderAbort,
+    /// A fault point stopped it before its commit (tests).
+    Faulted,
 }
 
 struct Applying {
     seq: i32,
-    last: BatchPayload,
+    last: Mark,
     pending: Vec<Row>,
-}
-
-struct Written {
-    refused: i64,
 }
 
 fn digest64(key: &str) -> u64 {
     let d = Sha256::digest(key.as_bytes());
     u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
-}
-
-/// Reads a record by the header's rules.
-fn read_row(header: &Header, record: Record) -> Row {
-    let mut values = Vec::new();
-    let mut problems = Vec::new();
-    if record.cells.len() != header.slots.len() {
-        problems.push(Problem {
-            column: String::new(),
-            code: "wrong_field_count",
-            message: format!("{} cells; the header has {}", record.cells.len(), header.slots.len()),
-        });
-        return Row { record, values, problems };
-    }
-    // The key first, so `Row::key` finds it.
-    let mut order: Vec<usize> = (0..header.slots.len()).collect();
-    order.sort_by_key(|&i| header.slots[i].map(|r| r.kind != CellKind::OrderRef && r.name != "email").unwrap_or(true));
-    for i in order {
-        let Some(rule) = header.slots[i] else { continue };
-        match read_cell(rule, &record.cells[i]) {
-            Ok(v) => values.push((rule, v)),
-            Err(p) => problems.push(p),
-        }
-    }
-    // Problems in the file's column order.
-    problems.sort_by_key(|p| header.slots.iter().position(|s| s.is_some_and(|r| r.name == p.column)).unwrap_or(0));
-    Row { record, values, problems }
-}
-
-/// Parses `reader` as CSV on the calling (blocking) thread, sending the header and then chunks
-/// of records; stops at the first whole-file error.
-fn parse(reader: impl std::io::Read, tx: &tokio::sync::mpsc::Sender<Result<Read, Problem>>) {
-    let tally = std::rc::Rc::new(std::cell::RefCell::new(Tally::default()));
-    let reader = Tallied { inner: reader, tally: tally.clone() };
-    let mut csv = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(reader);
-    let mut record = csv::ByteRecord::new();
-    let mut chunk = Vec::with_capacity(CHUNK);
-    let mut number = 0i64;
-    let mut first = true;
-    loop {
-        match csv.read_byte_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => {
-                let code = if matches!(e.kind(), csv::ErrorKind::Io(_)) { "storage" } else { "invalid_csv" };
-                let _ = tx.blocking_send(Err(Problem { column: String::new(), code, message: e.to_string() }));
-                return;
-            }
-        }
-        let inside = record.iter().map(|f| f.iter().filter(|b| **b == b'\n').count() as u64).sum::<u64>();
-        let line = tally.borrow_mut().start_line(csv.position().byte(), inside);
-        let mut cells = Vec::with_capacity(record.len());
-        for field in record.iter() {
-            match std::str::from_utf8(field) {
-                Ok(text) => cells.push(text.to_owned()),
-                Err(_) => {
-                    let _ = tx.blocking_send(Err(Problem { column: String::new(), code: "not_utf8", message: format!("line {line} is not UTF-8") }));
-                    return;
-                }
-            }
-        }
-        if first {
-            first = false;
-            if tx.blocking_send(Ok(Read::Header(cells))).is_err() {
-                return;
-            }
-            continue;
-        }
-        number += 1;
-        chunk.push(Record { number, line, cells });
-        if chunk.len() == CHUNK && tx.blocking_send(Ok(Read::Records(std::mem::take(&mut chunk)))).is_err() {
-            return;
-        }
-    }
-    // In RFC 4180 every quote comes in a pair (an opening and a closing one, or `""` for a quote
-    // in a quoted cell); the parser reads an unterminated quoted cell to the end of the file.
-    if tally.borrow().quotes % 2 == 1 {
-        let _ = tx.blocking_send(Err(Problem { column: String::new(), code: "unterminated_quote", message: "a quoted cell is not closed before the end of the file".into() }));
-        return;
-    }
-    if !chunk.is_empty() {
-        let _ = tx.blocking_send(Ok(Read::Records(chunk)));
-    }
-}
-
-/// What the bytes read so far hold: their quotes, and where their line feeds are. A record's
-/// line is worked out from where it ends (the parser's position after it is exact, where the
-/// position it gives for its start is not after a CRLF or blank lines): the line feeds before
-/// its end, less those inside its cells and its own terminating one.
-#[derive(Default)]
-struct Tally {
-    /// Bytes read.
-    read: u64,
-    quotes: u64,
-    /// Offsets of the line feeds read but not yet passed by a record's end.
-    feeds: std::collections::VecDeque<u64>,
-    /// Line feeds passed.
-    passed: u64,
-    /// The offset of the last line feed passed.
-    last_feed: Option<u64>,
-}
-
-impl Tally {
-    fn saw(&mut self, bytes: &[u8]) {
-        for (i, b) in bytes.iter().enumerate() {
-            match b {
-                b'"' => self.quotes += 1,
-                b'\n' => self.feeds.push_back(self.read + i as u64),
-                _ => {}
-            }
-        }
-        self.read += bytes.len() as u64;
-    }
-
-    /// The 1-based line a record starts on, given the offset just past its end and the line
-    /// feeds inside its cells.
-    fn start_line(&mut self, end: u64, inside: u64) -> i64 {
-        while self.feeds.front().is_some_and(|&at| at < end) {
-            self.last_feed = self.feeds.pop_front();
-            self.passed += 1;
-        }
-        let terminated_by_feed = end > 0 && self.last_feed == Some(end - 1);
-        (1 + self.passed - inside - terminated_by_feed as u64) as i64
-    }
-}
-
-/// A reader that tallies what passes through it.
-struct Tallied<R> {
-    inner: R,
-    tally: std::rc::Rc<std::cell::RefCell<Tally>>,
-}
-
-impl<R: std::io::Read> std::io::Read for Tallied<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.tally.borrow_mut().saw(&buf[..n]);
-        Ok(n)
-    }
 }
 
 /// The ids of the tenant's customers with these email keys.
@@ -783,8 +460,7 @@ fn same_instant(stored_ms: i64, file_ms: i64, file_has_fraction: bool) -> bool {
 /// and its updates after it, under one savepoint; if the database refuses any of it, that
 /// savepoint is rolled back and each row is written under a savepoint of its own, so a refused
 /// row is reported without losing the others.
-async fn write_rows(txn: &DatabaseTransaction, dataset: Dataset, tenant_id: &str, rows: &[Row], mark: &mut Mark, refused: &mut Vec<RowError>) -> Result<Written, sea_orm::DbErr> {
-    let mut written = Written { refused: 0 };
+async fn write_rows(txn: &DatabaseTransaction, dataset: Dataset, tenant_id: &str, rows: &[Row], mark: &mut Mark, refused: &mut Vec<Refused>) -> Result<(), sea_orm::DbErr> {
     let valid: Vec<&Row> = rows.iter().filter(|r| r.problems.is_empty()).collect();
     let backend = txn.get_database_backend();
     let postgres = backend == sea_orm::DbBackend::Postgres;
@@ -795,7 +471,7 @@ async fn write_rows(txn: &DatabaseTransaction, dataset: Dataset, tenant_id: &str
             let existing: HashMap<String, customers::Model> = planned_afresh(txn, postgres, lookup.all(txn)).await?.into_iter().map(|c| (c.email_key.clone(), c)).collect();
             let ops: Vec<(&Row, Op<customers::ActiveModel>)> =
                 valid.iter().filter_map(|row| row.key().map(|key| (*row, plan_customer(backend, tenant_id, row, &key, existing.get(&key))))).collect();
-            run_ops::<customers::Entity>(txn, ops, mark, refused, &mut written).await?;
+            run_ops::<customers::Entity>(txn, ops, mark, refused).await?;
         }
         Dataset::Orders => {
             let refs: Vec<String> = valid.iter().filter_map(|r| r.key()).collect();
@@ -820,13 +496,13 @@ async fn write_rows(txn: &DatabaseTransaction, dataset: Dataset, tenant_id: &str
                 }
                 ops.push((row, op));
             }
-            run_ops::<orders::Entity>(txn, ops, mark, refused, &mut written).await?;
+            run_ops::<orders::Entity>(txn, ops, mark, refused).await?;
             if !touched.is_empty() {
                 recompute_totals(txn, tenant_id, &touched).await?;
             }
         }
     }
-    Ok(written)
+    Ok(())
 }
 
 /// Runs a batch's lookup by key with a plan made for it, on PostgreSQL. The lookup is a prepared
@@ -855,8 +531,9 @@ enum Op<A> {
     Refuse(&'static str),
 }
 
-/// Runs a batch's operations: all together under one savepoint, else one savepoint per row.
-async fn run_ops<E>(txn: &DatabaseTransaction, ops: Vec<(&Row, Op<E::ActiveModel>)>, mark: &mut Mark, refused: &mut Vec<RowError>, written: &mut Written) -> Result<(), sea_orm::DbErr>
+/// Runs a batch's operations: all together under one savepoint, else one savepoint per row. A
+/// bounded wait is no verdict on a row: it ends the batch (its caller runs it again).
+async fn run_ops<E>(txn: &DatabaseTransaction, ops: Vec<(&Row, Op<E::ActiveModel>)>, mark: &mut Mark, refused: &mut Vec<Refused>) -> Result<(), sea_orm::DbErr>
 where
     E: EntityTrait,
     E::ActiveModel: sea_orm::ActiveModelTrait<Entity = E> + Clone + Send,
@@ -871,14 +548,20 @@ where
                 all = nested.execute_raw(stmt.clone()).await.map(|_| ());
             }
         }
-        if settle(nested, all).await.is_ok() {
+        let together = settle(nested, all).await;
+        if let Err(e) = &together {
+            if crate::db::is_busy(e) {
+                return together;
+            }
+        }
+        if together.is_ok() {
             for (row, op) in &ops {
                 let change = match op {
                     Op::Insert(_) => Change::Created,
                     Op::Update(_) => Change::Updated,
                     _ => Change::Unchanged,
                 };
-                count(Ok(change), row, mark, refused, written);
+                count(Ok(change), row, mark, refused);
             }
             return Ok(());
         }
@@ -886,33 +569,44 @@ where
     for (row, op) in ops {
         let outcome = match op {
             Op::Unchanged => Ok(Change::Unchanged),
-            Op::Refuse(why) => Err(sea_orm::DbErr::Custom(why.to_owned())),
+            Op::Refuse(why) => Err(why),
             Op::Insert(a) => {
                 let nested = txn.begin().await?;
                 let done = E::insert(a).exec_without_returning(&nested).await.map(|_| Change::Created);
-                settle(nested, done).await
+                verdict(settle(nested, done).await, row)?
             }
             Op::Update(stmt) => {
                 let nested = txn.begin().await?;
                 let done = nested.execute_raw(stmt).await.map(|_| Change::Updated);
-                settle(nested, done).await
+                verdict(settle(nested, done).await, row)?
             }
         };
-        count(outcome, row, mark, refused, written);
+        count(outcome, row, mark, refused);
     }
     Ok(())
 }
 
-fn count(outcome: Result<Change, sea_orm::DbErr>, row: &Row, mark: &mut Mark, refused: &mut Vec<RowError>, written: &mut Written) {
+/// What the database's answer to one row means: its change, or why it was refused; a bounded
+/// wait is no verdict, and is passed up.
+fn verdict(answer: Result<Change, sea_orm::DbErr>, row: &Row) -> Result<Result<Change, &'static str>, sea_orm::DbErr> {
+    match answer {
+        Ok(change) => Ok(Ok(change)),
+        Err(e) if crate::db::is_busy(&e) => Err(e),
+        Err(e) => {
+            tracing::info!(line = row.record.line, error = %e, "a row the database refused");
+            Ok(Err("the database refused this row"))
+        }
+    }
+}
+
+fn count(outcome: Result<Change, &'static str>, row: &Row, mark: &mut Mark, refused: &mut Vec<Refused>) {
     match outcome {
         Ok(Change::Created) => mark.created += 1,
         Ok(Change::Updated) => mark.updated += 1,
         Ok(Change::Unchanged) => mark.unchanged += 1,
-        Err(e) => {
-            tracing::info!(line = row.record.line, error = %e, "a row the database refused");
+        Err(why) => {
             mark.refused += 1;
-            written.refused += 1;
-            refused.push(RowError { line: row.record.line, column: String::new(), code: "refused".into(), message: "the database refused this row".into() });
+            refused.push(Refused { record: row.record.number, line: row.record.line, message: why.to_owned() });
         }
     }
 }
@@ -959,18 +653,22 @@ fn plan_customer(backend: sea_orm::DbBackend, tenant_id: &str, row: &Row, key: &
             }
             Op::Update(update.build(backend))
         }
-        // A column the file does not have is empty in a new record.
-        None => Op::Insert(customers::ActiveModel {
+        // A new record needs every column an export writes and an import checks (a file without
+        // them could not be imported back); the others the file does not have are empty.
+        None => {
+            let Some(country) = text("country") else { return Op::Refuse("a new customer needs a country") };
+            Op::Insert(customers::ActiveModel {
             id: NotSet,
             tenant_id: Set(tenant_id.to_owned()),
             name: Set(text("name").unwrap_or_default()),
             email: Set(text("email").unwrap_or_default()),
             email_key: Set(key.to_owned()),
             phone: Set(text("phone").unwrap_or_default()),
-            country: Set(text("country").unwrap_or_default()),
+            country: Set(country),
             created_at: Set(jiff::Timestamp::now().as_millisecond()),
             lifetime_total_cents: Set(0),
-        }),
+        })
+        }
     }
 }
 
@@ -1017,18 +715,20 @@ fn plan_order(backend: sea_orm::DbBackend, tenant_id: &str, row: &Row, key: &str
             if changed { Op::Update(update.build(backend)) } else { Op::Unchanged }
         }
         None => {
-            let (Some(customer_id), Some(placed_at), Some(status), Some(total_cents)) = (customer, instant, text("status"), cents) else {
-                return Op::Refuse("a new order needs customer_email, placed_at, status and total");
+            let (Some(customer_id), Some(placed_at), Some(status), Some(total_cents), Some(country), Some(currency)) =
+                (customer, instant, text("status"), cents, text("country"), text("currency"))
+            else {
+                return Op::Refuse("a new order needs customer_email, placed_at, status, total, country and currency");
             };
             Op::Insert(orders::ActiveModel {
                 id: NotSet,
                 tenant_id: Set(tenant_id.to_owned()),
                 customer_id: Set(customer_id),
                 placed_at: Set(placed_at),
-                country: Set(text("country").unwrap_or_default()),
+                country: Set(country),
                 status: Set(status),
                 total_cents: Set(total_cents),
-                currency: Set(text("currency").unwrap_or_default()),
+                currency: Set(currency),
                 notes: Set(text("notes").unwrap_or_default()),
                 order_ref: Set(Some(key.to_owned())),
             })
@@ -1048,57 +748,6 @@ async fn recompute_totals(txn: &DatabaseTransaction, tenant_id: &str, ids: &Hash
     Ok(())
 }
 
-/// A report file written as it goes: `line, column, code, message`, then the record's cells,
-/// defused; published content-addressed under `imports/`.
-struct ReportWriter {
-    upload: StagingUpload,
-    buffer: Vec<u8>,
-    hasher: Sha256,
-    bytes: i64,
-    rows: i64,
-}
-
-impl ReportWriter {
-    fn start(store: &ExportStore, staging: &Path) -> std::io::Result<ReportWriter> {
-        let mut w = ReportWriter { upload: store.stage(staging, Arc::new(|| {})), buffer: Vec::new(), hasher: Sha256::new(), bytes: 0, rows: 0 };
-        w.record(&["line", "column", "code", "message"], &[])?;
-        Ok(w)
-    }
-
-    fn record(&mut self, head: &[&str], cells: &[String]) -> std::io::Result<()> {
-        let mut writer = csv::WriterBuilder::new().terminator(csv::Terminator::CRLF).flexible(true).from_writer(Vec::new());
-        let fields: Vec<std::borrow::Cow<'_, str>> = head.iter().map(|h| defuse(h)).chain(cells.iter().map(|c| defuse(c))).collect();
-        writer.write_record(fields.iter().map(|f| f.as_bytes()))?;
-        let bytes = writer.into_inner().map_err(|e| std::io::Error::other(e.into_error()))?;
-        self.hasher.update(&bytes);
-        self.bytes += bytes.len() as i64;
-        self.buffer.extend_from_slice(&bytes);
-        Ok(())
-    }
-
-    async fn row(&mut self, line: i64, column: &str, code: &str, message: &str, cells: &[String]) -> Result<(), object_store::Error> {
-        let line = line.to_string();
-        self.record(&[&line, column, code, message], cells).map_err(|e| object_store::Error::Generic { store: "report", source: Box::new(e) })?;
-        self.rows += 1;
-        if self.buffer.len() >= 256 * 1024 {
-            let chunk = std::mem::take(&mut self.buffer);
-            self.upload.write(&chunk).await?;
-        }
-        Ok(())
-    }
-
-    async fn finish(mut self, store: &ExportStore, tenant_id: &str, job_id: &str, staging: &Path) -> Result<ReportFile, object_store::Error> {
-        let rest = std::mem::take(&mut self.buffer);
-        self.upload.write(&rest).await?;
-        self.upload.finish().await?;
-        let sha256 = hex::encode(self.hasher.finalize());
-        let key = Path::from(format!("imports/{tenant_id}/{job_id}/{sha256}.csv"));
-        store.publish(staging, &key, Arc::new(|| {})).await?;
-        store.make_durable(&key).await?;
-        Ok(ReportFile { key: key.to_string(), sha256, bytes: self.bytes, rows: self.rows })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1110,65 +759,4 @@ mod tests {
         assert!(!same_instant(1_769_841_001_000, 1_769_841_000_000, false));
     }
 
-    #[test]
-    fn records_carry_the_line_they_start_on_counting_line_breaks_inside_quotes() {
-        let file = "email,name\r\na@x.test,\"two\nlines\"\nb@x.test,plain\r\n\n\r\nc@x.test,after blank lines\r\nd@x.test,\"cr\r\nlf\"";
-        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-        parse(file.as_bytes(), &tx);
-        drop(tx);
-        let mut lines = Vec::new();
-        while let Ok(next) = rx.try_recv() {
-            if let Ok(Read::Records(records)) = next {
-                lines.extend(records.iter().map(|r| (r.number, r.line)));
-            }
-        }
-        assert_eq!(lines, vec![(1, 2), (2, 4), (3, 7), (4, 8)]);
-    }
-
-    /// A file whose second record is one quoted cell of `feeds` line feeds, closed.
-    struct QuotedFeeds {
-        head: std::io::Cursor<Vec<u8>>,
-        feeds: u64,
-        tail: std::io::Cursor<Vec<u8>>,
-    }
-
-    impl QuotedFeeds {
-        fn new(feeds: u64) -> QuotedFeeds {
-            QuotedFeeds { head: std::io::Cursor::new(b"email,name\na@x.test,\"".to_vec()), feeds, tail: std::io::Cursor::new(b"\"\nb@x.test,after\n".to_vec()) }
-        }
-    }
-
-    impl std::io::Read for QuotedFeeds {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = self.head.read(buf)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            if self.feeds > 0 {
-                let n = buf.len().min(self.feeds as usize);
-                buf[..n].fill(b'\n');
-                self.feeds -= n as u64;
-                return Ok(n);
-            }
-            self.tail.read(buf)
-        }
-    }
-
-    #[test]
-    fn a_record_longer_than_any_valid_one_fails_the_file_while_it_is_read() {
-        // 64 Mi line feeds inside quotes: the old reader held the whole record, and the line
-        // feeds' offsets beside it, and then took it as a record.
-        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-        parse(QuotedFeeds::new(64 << 20), &tx);
-        drop(tx);
-        let mut failed = None;
-        while let Ok(next) = rx.try_recv() {
-            match next {
-                Ok(Read::Records(records)) => assert!(records.iter().all(|r| r.cells.iter().map(String::len).sum::<usize>() < 1 << 20), "no record of that size is handed on"),
-                Ok(Read::Header(_)) => {}
-                Err(p) => failed = Some(p.code),
-            }
-        }
-        assert_eq!(failed, Some("record_too_long"));
-    }
 }

@@ -1,6 +1,7 @@
 //! The jobs a worker runs, one module per kind of job (see [`JobKind`]): producing a CSV export,
 //! as one file (`export_csv`) or in checkpointed parts delivered as a bundle (`export_parts`), and
-//! validating and applying an import (`import_csv`).
+//! validating and applying an import (`import_csv`), reading its files (`import_file`) and
+//! writing its report for every ending (`import_report`).
 //! Claims, leases, fencing and the transitions that end an attempt are the job store's, the
 //! same for every kind.
 
@@ -9,6 +10,8 @@ mod duplicate_keys;
 pub mod export_csv;
 pub mod export_parts;
 pub mod import_csv;
+mod import_file;
+pub mod import_report;
 
 use crate::entities::jobs;
 use crate::job_store::kind::JobKind;
