@@ -93,3 +93,60 @@ on_both_backends!(an_import_survives_a_killed_worker_and_a_frozen_one_and_applie
     let view: Value = client.get(format!("{base2}/api/imports/{id}")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
     assert_eq!((view["counts"]["created"].as_i64(), view["counts"]["applied"].as_i64()), (Some(40), Some(40)), "{view}");
 });
+
+/// The worker's peak resident memory (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_of_invalid_rows_is_checked_and_reported_in_memory_that_does_not_grow_with_it() {
+    // SQLite: the memory is the worker's own, whatever the database.
+    let p = Prepared::new(Backend::Sqlite, 100).await;
+    let token = p.run_ok(&["token", "create", "alice@acme.test"]).await.trim().to_owned();
+    let (_api, base) = p.api().await;
+    // About 48 MiB of rows, every one invalid (no such country): the validation's report holds
+    // them all with their cells, and the final report lists them again.
+    let mut csv = String::with_capacity(50 << 20);
+    csv.push_str("email,name,phone,country\n");
+    let mut rows = 0u64;
+    while csv.len() < 48 << 20 {
+        csv.push_str(&format!("invalid{rows}@acme.test,Invalid Person {rows},+9665{rows:08},XX\n"));
+        rows += 1;
+    }
+    let client = reqwest::Client::new();
+    let upload: Value = client.post(format!("{base}/api/uploads")).bearer_auth(&token).header("content-type", "text/csv").body(csv).send().await.unwrap().json().await.unwrap();
+    let mut worker = p.worker("w", &[], &[]);
+    let view: Value = client
+        .post(format!("{base}/api/imports"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "invalid")
+        .json(&json!({"dataset": "customers", "upload": upload["upload"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = view["id"].as_str().unwrap().to_owned();
+    let done = loop {
+        let view: Value = client.get(format!("{base}/api/imports/{id}")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+        if view["status"] == "failed" && view["report"].is_object() {
+            break view;
+        }
+        assert!(!matches!(view["status"].as_str(), Some("ready" | "cancelled")), "{view}");
+        assert!(worker.child.try_wait().unwrap().is_none(), "the worker died");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(done["error"]["code"], "validation_failed");
+    assert_eq!(done["counts"]["invalid"], rows);
+    let peak = peak_rss_kib(worker.child.id().unwrap()) / 1024;
+    eprintln!("the worker's peak RSS: {peak} MiB for a 48 MiB file of {rows} invalid rows");
+    // Old code read the validation's report whole, twice (to apply and to write the final
+    // report), with a map of every entry: hundreds of MiB for this file.
+    assert!(peak < 128, "the worker's peak RSS was {peak} MiB for a 48 MiB file of {rows} invalid rows");
+    worker.signal("TERM");
+    worker.wait_exit(LONG).await;
+}
