@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark (README, "Benchmarks"); not part of the test command. Builds exportd in release,
+# The benchmark (docs/performance.md); not part of the test command. Builds exportd in release,
 # prepares its own data (a PostgreSQL database and a SQLite file, `seed --demo --orders N`),
 # measures every figure beside a baseline run on this machine in the same run (psql \copy,
 # sqlite3 -csv, pgbench), prints the table and writes it to docs/benchmarks.md.

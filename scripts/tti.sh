@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The page's time to interactive on a throttled connection (README, "The page's speed"): builds
+# The page's time to interactive on a throttled connection (docs/performance.md): builds
 # the release page as `scripts/run.sh` serves it (precompressed, hashed file names), runs it with
 # the embedded defaults in a scratch folder, and times it in Chromium at Fast 3G and 4x CPU
 # slowdown (end2end/perf/tti.mjs). Not part of the test command: a timing is not a test.
