@@ -2,6 +2,11 @@
 # Installs what exportd needs to build (and, with --test, to run its tests: Debian's Chromium and
 # PostgreSQL client, and PyPI's moto S3 server), skipping whatever is already there. Nothing is
 # downloaded from outside the package registries.
+#
+# It assumes, and checks first: a Debian or Ubuntu machine; rustup's Rust toolchain (cargo,
+# rustup) on PATH; Node.js with npm; root (or passwordless sudo) for apt-get. What it installs
+# from Debian when missing: a C toolchain (build-essential), curl, python3-venv and, with
+# --test, chromium, postgresql-client, strace, nginx and openssl.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$root"
@@ -9,12 +14,34 @@ cd "$root"
 want_tests=false
 [[ "${1:-}" == "--test" || "${1:-}" == "--browser" ]] && want_tests=true
 
+# Everything that cannot be installed from here is checked at once, so one run names it all.
+missing=()
+command -v apt-get >/dev/null || missing+=("apt-get (a Debian or Ubuntu machine)")
+command -v cargo >/dev/null || missing+=("cargo (Rust from rustup: https://rustup.rs)")
+command -v rustup >/dev/null || missing+=("rustup (the wasm32 target is added with it)")
+command -v npm >/dev/null || missing+=("npm (Node.js 20 or newer with npm)")
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo="sudo"; else missing+=("root, or passwordless sudo, for apt-get"); fi
+fi
+if ((${#missing[@]})); then
+  echo "setup.sh: missing, and not installable from here:" >&2
+  printf '  - %s\n' "${missing[@]}" >&2
+  exit 1
+fi
+
 apt_install() {
   if [[ ! -f /var/lib/apt/lists/.exportd-updated ]]; then
-    apt-get update -q && touch /var/lib/apt/lists/.exportd-updated
+    $sudo apt-get update -q && $sudo touch /var/lib/apt/lists/.exportd-updated
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "$@"
 }
+
+# The Debian packages every build needs: a C toolchain for the -sys crates, curl, and venv for
+# the Python tools of the tests and benchmarks.
+command -v cc >/dev/null && command -v make >/dev/null || apt_install build-essential
+command -v curl >/dev/null || apt_install curl
+python3 -c "import ensurepip, venv" 2>/dev/null || apt_install python3-venv
 
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown
