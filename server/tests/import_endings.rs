@@ -10,7 +10,7 @@ mod support;
 use serde_json::{json, Value};
 use std::time::Duration;
 use support::holders::Holder;
-use support::imports::{codes, finished, import, numbered, report, small_batches, start, upload};
+use support::imports::{codes, finished, import, numbered, report, small_batches, start, two_renewals, upload};
 use support::{expect_problem, Backend, Gate, Options, TestApp, Turnstile};
 
 /// `not_applied` rows for these lines.
@@ -28,22 +28,6 @@ async fn until(app: &TestApp, client: &reqwest::Client, id: &str, what: &str, do
         }
         assert!(tokio::time::Instant::now() < deadline, "{what}: {view}");
         tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-/// Waits for two renewals of the job's lease: the first after now has told its worker whatever
-/// changed before it (a cancel).
-async fn two_renewals(app: &TestApp, id: &str) {
-    let lease = format!("SELECT lease_expires_at FROM jobs WHERE id = '{id}'");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let (mut seen, mut renewals) = (app.scalar(&lease).await, 0);
-    while renewals < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "the lease of {id} was not renewed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let now = app.scalar(&lease).await;
-        if now != seen {
-            (seen, renewals) = (now, renewals + 1);
-        }
     }
 }
 

@@ -8,8 +8,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::time::Duration;
-use support::imports::{codes, finished, import, numbered, report, small_batches, start, upload};
+use support::imports::{codes, exported_and_checked_back, finished, import, numbered, report, small_batches, start, two_renewals, upload};
 use support::{expect_problem, Gate, Options, TestApp};
 
 const CUSTOMERS: &str = "email,name,phone,country\r\n\
@@ -70,16 +69,7 @@ on_both_backends!(an_exported_file_imported_back_as_a_dry_run_is_unchanged_row_f
     let app = TestApp::with_worker(backend).await;
     let alice = app.login("alice@acme.test").await;
     for report_name in ["customers", "orders"] {
-        let resp = app.create(&alice, &format!("export-{report_name}"), &support::procs::everything(report_name)).await;
-        let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
-        let done = app.wait_terminal(&alice, &id, Duration::from_secs(30)).await;
-        assert_eq!(done["status"], "ready");
-        let link = alice.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
-        let csv = alice.get(app.url(&link)).send().await.unwrap().text().await.unwrap();
-        let upl = upload(&app, &alice, &csv).await;
-        let dry = import(&app, &alice, &format!("back-{report_name}"), json!({"dataset": report_name, "upload": upl, "mode": "dry_run"})).await;
-        assert_eq!(dry["status"], "ready", "{dry}");
-        let rows = done["artifact"]["rows"].as_i64().unwrap();
+        let (rows, dry) = exported_and_checked_back(&app, &alice, report_name).await;
         assert!(rows > 0);
         assert_eq!(dry["counts"], json!({"rows": rows, "valid": rows, "invalid": 0, "created": 0, "updated": 0, "unchanged": rows, "applied": 0}), "{report_name}");
     }
@@ -212,17 +202,7 @@ on_both_backends!(a_cancel_while_the_file_is_checked_ends_cancelled_with_a_repor
     assert_eq!(asked.status(), 202);
     // Two renewals of the lease after the cancel: the first told the worker, which stops at the
     // validation's next step instead of meeting the cancel at its first batch.
-    let lease = format!("SELECT lease_expires_at FROM jobs WHERE id = '{id}'");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let (mut seen, mut renewals) = (app.scalar(&lease).await, 0);
-    while renewals < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "the lease of {id} was not renewed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let now = app.scalar(&lease).await;
-        if now != seen {
-            (seen, renewals) = (now, renewals + 1);
-        }
-    }
+    two_renewals(&app, id).await;
     gate.open();
     let done = finished(&app, &alice, id).await;
     assert_eq!(done["status"], "cancelled", "{done}");
@@ -280,16 +260,7 @@ on_both_backends!(rows_made_from_a_file_without_country_or_currency_still_export
     // SPEC case 22 for whatever an import made: old code stored "" for the missing columns,
     // which the export wrote and the dry run then refused as no country or currency.
     for report_name in ["customers", "orders"] {
-        let resp = app.create(&alice, &format!("export-{report_name}"), &support::procs::everything(report_name)).await;
-        let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
-        let done = app.wait_terminal(&alice, &id, Duration::from_secs(30)).await;
-        assert_eq!(done["status"], "ready");
-        let link = alice.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
-        let csv = alice.get(app.url(&link)).send().await.unwrap().text().await.unwrap();
-        let upl = upload(&app, &alice, &csv).await;
-        let dry = import(&app, &alice, &format!("back-{report_name}"), json!({"dataset": report_name, "upload": upl, "mode": "dry_run"})).await;
-        assert_eq!(dry["status"], "ready", "{dry}");
-        let rows = done["artifact"]["rows"].as_i64().unwrap();
+        let (rows, dry) = exported_and_checked_back(&app, &alice, report_name).await;
         assert_eq!(dry["counts"]["unchanged"], rows, "{report_name}: {dry}");
     }
 });

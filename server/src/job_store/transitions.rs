@@ -254,18 +254,24 @@ fn moving(backend: DbBackend, id: &str, held: Held) -> UpdateMany<jobs::Entity> 
         .filter(the_row(backend, id, held, LockType::NoKeyUpdate))
 }
 
-/// Records `artifact` on `job` while this attempt still runs it (an import's report, just
-/// before the transition that ends the attempt failed or cancelled, so the ending and its
-/// report are seen together); `false` when the job is no longer this attempt's.
-pub async fn attach_artifact(db: &DatabaseConnection, job: &jobs::Model, artifact: &Artifact, artifact_ttl: Duration) -> Result<bool, DbErr> {
-    let now = db_now(db.get_database_backend());
-    let attached = jobs::Entity::update_many()
+/// `update` that records `artifact` as the job's, kept for `artifact_ttl` from now by the
+/// database's clock: the release's, and an import's report at any other ending.
+fn recording(update: UpdateMany<jobs::Entity>, backend: DbBackend, artifact: &Artifact, artifact_ttl: Duration) -> UpdateMany<jobs::Entity> {
+    update
         .col_expr(jobs::Column::ArtifactKey, Expr::val(artifact.key.clone()))
         .col_expr(jobs::Column::ArtifactSha256, Expr::val(artifact.sha256.clone()))
         .col_expr(jobs::Column::ArtifactBytes, Expr::val(artifact.bytes))
         .col_expr(jobs::Column::ArtifactRows, Expr::val(artifact.rows))
-        .col_expr(jobs::Column::ArtifactExpiresAt, now.add(artifact_ttl.as_millis() as i64))
+        .col_expr(jobs::Column::BundleDigest, Expr::val(artifact.bundle_digest.clone()))
+        .col_expr(jobs::Column::ArtifactExpiresAt, db_now(backend).add(artifact_ttl.as_millis() as i64))
         .col_expr(jobs::Column::ArtifactExpired, Expr::val(false))
+}
+
+/// Records `artifact` on `job` while this attempt still runs it (an import's report, just
+/// before the transition that ends the attempt failed or cancelled, so the ending and its
+/// report are seen together); `false` when the job is no longer this attempt's.
+pub async fn attach_artifact(db: &DatabaseConnection, job: &jobs::Model, artifact: &Artifact, artifact_ttl: Duration) -> Result<bool, DbErr> {
+    let attached = recording(jobs::Entity::update_many(), db.get_database_backend(), artifact, artifact_ttl)
         .filter(jobs::Column::Id.eq(&job.id))
         .filter(jobs::Column::Generation.eq(job.generation))
         .filter(jobs::Column::Status.is_in([Running.as_str(), CancelRequested.as_str()]))
@@ -280,14 +286,7 @@ pub async fn attach_artifact(db: &DatabaseConnection, job: &jobs::Model, artifac
 /// `false` when it was not recorded.
 pub async fn attach_report(db: &DatabaseConnection, job: &jobs::Model, artifact: &Artifact, artifact_ttl: Duration, by: Mover<'_>) -> Result<bool, DbErr> {
     let backend = db.get_database_backend();
-    let now = db_now(backend);
-    let update = jobs::Entity::update_many()
-        .col_expr(jobs::Column::ArtifactKey, Expr::val(artifact.key.clone()))
-        .col_expr(jobs::Column::ArtifactSha256, Expr::val(artifact.sha256.clone()))
-        .col_expr(jobs::Column::ArtifactBytes, Expr::val(artifact.bytes))
-        .col_expr(jobs::Column::ArtifactRows, Expr::val(artifact.rows))
-        .col_expr(jobs::Column::ArtifactExpiresAt, now.add(artifact_ttl.as_millis() as i64))
-        .col_expr(jobs::Column::ArtifactExpired, Expr::val(false))
+    let update = recording(jobs::Entity::update_many(), backend, artifact, artifact_ttl)
         .col_expr(jobs::Column::UpdatedAt, db_now(backend))
         .filter(jobs::Column::Id.eq(&job.id))
         .filter(jobs::Column::Generation.eq(job.generation))
@@ -442,15 +441,8 @@ pub async fn release(
 ) -> Result<Result<Box<jobs::Model>, Refusal>, DbErr> {
     let backend = db.get_database_backend();
     let now = || db_now(backend);
-    let update = moving(backend, &job.id, Held::Wait)
+    let update = recording(moving(backend, &job.id, Held::Wait), backend, artifact, artifact_ttl)
         .col_expr(jobs::Column::Status, Expr::val(Ready.as_str()))
-        .col_expr(jobs::Column::ArtifactKey, Expr::val(artifact.key.clone()))
-        .col_expr(jobs::Column::ArtifactSha256, Expr::val(artifact.sha256.clone()))
-        .col_expr(jobs::Column::ArtifactBytes, Expr::val(artifact.bytes))
-        .col_expr(jobs::Column::ArtifactRows, Expr::val(artifact.rows))
-        .col_expr(jobs::Column::BundleDigest, Expr::val(artifact.bundle_digest.clone()))
-        .col_expr(jobs::Column::ArtifactExpiresAt, now().add(artifact_ttl.as_millis() as i64))
-        .col_expr(jobs::Column::ArtifactExpired, Expr::val(false))
         .col_expr(jobs::Column::RowsWritten, Expr::val(artifact.rows))
         .col_expr(jobs::Column::RowsTotal, Expr::val(artifact.rows))
         .col_expr(jobs::Column::ErrorCode, none::<String>())

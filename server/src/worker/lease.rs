@@ -121,6 +121,14 @@ impl Lease {
         self.progress.nudge.notify_one();
     }
 
+    /// Records how many rows the attempt will write in all, known from its plan: the next
+    /// regular heartbeat carries it. Unlike [`Lease::counted`] it does not wake the heartbeat,
+    /// so resuming an attempt adds no write beside its first batch (on SQLite, one more holder
+    /// of the one write lock at the moment a process may be frozen between batches).
+    pub fn total(&self, total: i64) {
+        self.progress.total.store(total, Ordering::Relaxed);
+    }
+
     /// Records rows written so far (a step forward); the next heartbeat carries them.
     pub fn wrote(&self, rows: i64) {
         self.progress.written.store(rows, Ordering::Relaxed);

@@ -66,3 +66,34 @@ pub fn numbered(n: usize) -> String {
     csv
 }
 
+
+/// Waits for two renewals of the job's lease: the first after now has told its worker whatever
+/// changed before it (a cancel).
+pub async fn two_renewals(app: &TestApp, id: &str) {
+    let lease = format!("SELECT lease_expires_at FROM jobs WHERE id = '{id}'");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (mut seen, mut renewals) = (app.scalar(&lease).await, 0);
+    while renewals < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the lease of {id} was not renewed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = app.scalar(&lease).await;
+        if now != seen {
+            (seen, renewals) = (now, renewals + 1);
+        }
+    }
+}
+
+/// Exports `report_name` (every row of the demo's two years), uploads the file and imports it
+/// back as a dry run: the export's rows and the dry run's view.
+pub async fn exported_and_checked_back(app: &TestApp, client: &reqwest::Client, report_name: &str) -> (i64, Value) {
+    let resp = app.create(client, &format!("export-{report_name}"), &super::procs::everything(report_name)).await;
+    let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    let done = app.wait_terminal(client, &id, Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "ready");
+    let link = client.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
+    let csv = client.get(app.url(&link)).send().await.unwrap().text().await.unwrap();
+    let upl = upload(app, client, &csv).await;
+    let dry = import(app, client, &format!("back-{report_name}"), serde_json::json!({"dataset": report_name, "upload": upl, "mode": "dry_run"})).await;
+    assert_eq!(dry["status"], "ready", "{dry}");
+    (done["artifact"]["rows"].as_i64().unwrap(), dry)
+}

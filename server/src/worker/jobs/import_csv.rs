@@ -123,7 +123,7 @@ impl Attempt<'_> {
             }
         };
         // From here on the progress counts the file's records applied, out of all of them.
-        self.lease.counted(plan.rows);
+        self.lease.total(plan.rows);
         if let Some(code) = &plan.fails {
             let failure = if code == Failure::INVALID_FILE.code { Failure::INVALID_FILE } else { Failure::VALIDATION_FAILED };
             return Err(Stop::Failed { failure, detail: failure.code.to_owned() });
