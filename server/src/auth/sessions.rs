@@ -68,9 +68,12 @@ pub fn clear_session_cookie(secure: bool) -> String {
 /// Deletes sessions that can no longer be used: expired, or revoked before `now`.
 pub async fn purge_sessions<C: ConnectionTrait>(db: &C, now_ms: i64) -> Result<u64, DbErr> {
     use sea_orm::Condition;
-    let gone = sessions::Entity::delete_many()
-        .filter(Condition::any().add(sessions::Column::ExpiresAt.lte(now_ms)).add(sessions::Column::RevokedAt.lte(now_ms)))
-        .exec(db)
-        .await?;
+    let due = || Condition::any().add(sessions::Column::ExpiresAt.lte(now_ms)).add(sessions::Column::RevokedAt.lte(now_ms));
+    // Looked for first: a DELETE takes SQLite's one write lock even when nothing is due, and the
+    // janitor runs this every pass.
+    if sessions::Entity::find().filter(due()).one(db).await?.is_none() {
+        return Ok(0);
+    }
+    let gone = sessions::Entity::delete_many().filter(due()).exec(db).await?;
     Ok(gone.rows_affected)
 }

@@ -75,11 +75,17 @@ pub async fn reserve(db: &DatabaseConnection, ip: &str, email: &str, now_ms: i64
 /// Forgets pairs that no longer hold anyone back: not blocked now, and idle for the longest
 /// backoff (their count would no longer matter).
 pub async fn purge<C: ConnectionTrait>(db: &C, now_ms: i64) -> Result<u64, sea_orm::DbErr> {
-    let gone = login_throttle::Entity::delete_many()
-        .filter(login_throttle::Column::BlockedUntil.lte(now_ms))
-        .filter(login_throttle::Column::UpdatedAt.lt(now_ms - MAX_BACKOFF_MS))
-        .exec(db)
-        .await?;
+    let due = || {
+        sea_orm::Condition::all()
+            .add(login_throttle::Column::BlockedUntil.lte(now_ms))
+            .add(login_throttle::Column::UpdatedAt.lt(now_ms - MAX_BACKOFF_MS))
+    };
+    // Looked for first: a DELETE takes SQLite's one write lock even when nothing is due, and the
+    // janitor runs this every pass.
+    if login_throttle::Entity::find().filter(due()).one(db).await?.is_none() {
+        return Ok(0);
+    }
+    let gone = login_throttle::Entity::delete_many().filter(due()).exec(db).await?;
     Ok(gone.rows_affected)
 }
 
