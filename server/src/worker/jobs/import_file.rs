@@ -385,6 +385,8 @@ struct Tally {
     last_feed: Option<u64>,
     /// The offset just past the last record's end.
     record_end: u64,
+    /// The line the last record started on.
+    last_start: i64,
 }
 
 impl Tally {
@@ -408,7 +410,12 @@ impl Tally {
         }
         self.record_end = end;
         let terminated_by_feed = end > 0 && self.last_feed == Some(end - 1);
-        (1 + self.passed - inside - terminated_by_feed as u64) as i64
+        // A file the parser reads leniently (a quote closed mid-cell, another opened and left
+        // open to the end) can end in a line feed that is both inside a cell and the last byte:
+        // counted twice it would put the record before the one it follows.
+        let line = (1 + self.passed).saturating_sub(inside + terminated_by_feed as u64) as i64;
+        self.last_start = line.max(self.last_start).max(1);
+        self.last_start
     }
 }
 
@@ -464,6 +471,23 @@ mod tests {
             }
         }
         assert_eq!(lines, vec![(1, 2), (2, 4), (3, 7), (4, 8)]);
+    }
+
+    #[test]
+    fn a_line_feed_inside_a_cell_left_open_at_the_end_of_the_file_does_not_put_its_record_before_the_last() {
+        // Found by the property below: the parser closes the quote after the first four quotes
+        // of the second record, reads `a"` on, and opens a last quote that holds the final line
+        // feed; the quotes still pair up, so the file reads.
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        parse_within(&b"\"\"\"\"\"\"\r\"\"\"\"a\",\"\n"[..], 9, &tx);
+        drop(tx);
+        let mut lines = Vec::new();
+        while let Ok(next) = rx.try_recv() {
+            if let Ok(Read::Records(records)) = next {
+                lines.extend(records.iter().map(|r| r.line));
+            }
+        }
+        assert_eq!(lines, vec![1]);
     }
 
     /// A file whose second record is one quoted cell of `feeds` line feeds, closed.
