@@ -27,3 +27,7 @@ cargo test --locked --no-fail-fast -p app -p migrations -p server --features ser
 # a build without it leaves the page's glue importing a module that does not exist.
 cargo leptos build --split --bin-features failpoints
 (cd end2end && npx playwright test)
+
+# The release binary carries its page's files: alone in an empty folder it serves the page.
+cargo leptos build --release --precompress --split
+"$root/scripts/binary_alone.sh"

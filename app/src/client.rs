@@ -12,7 +12,7 @@
 
 use crate::intent::{self, Drive, Drives, Intent, IntentStorage};
 use crate::model::{ExportList, ExportRequest, ExportState, ExportView, LoginRequest, Problem, SessionView, TimeRange};
-use crate::page::{number_json, preset_of, Notice, PageSignals, SessionState, Trouble};
+use crate::page_state::{number_json, preset_of, Notice, PageSignals, SessionState, Trouble};
 use crate::sfn;
 use gloo_timers::future::TimeoutFuture;
 use leptos::prelude::*;

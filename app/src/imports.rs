@@ -12,7 +12,8 @@
 use crate::client::{self, Lane, LaneTab};
 use crate::i18n::*;
 use crate::model::{ExportStatus, ImportMode, ImportRequest, ImportView, OnError, Problem, UploadView};
-use crate::page::{date_time, human_bytes, number, problem_text, I18n, Notice, PageSignals, Trouble};
+use crate::format::{date_time, human_bytes, number, problem_text, I18n};
+use crate::page_state::{Notice, PageSignals, Trouble};
 use crate::sfn;
 use leptos::prelude::*;
 use leptos::server_fn::ServerFn;

@@ -4,7 +4,9 @@ pub mod intent;
 pub mod language;
 pub mod model;
 pub mod sfn;
+mod format;
 mod page;
+mod page_state;
 #[cfg(feature = "hydrate")]
 mod client;
 #[cfg(feature = "hydrate")]
@@ -36,9 +38,29 @@ fn session_json() -> Option<String> {
     serde_json::to_string(&session.0).ok().map(|json| json.replace('<', "\\u003c"))
 }
 
-/// The HTML document around the app, rendered by the server; `stylesheet` is the path of the
-/// build's stylesheet (named by its hash when the build hashed its files).
-pub fn shell(options: LeptosOptions, stylesheet: std::sync::Arc<str>) -> impl IntoView {
+/// The paths of the build's files that the page's head names (each named by its hash when the
+/// build hashed its files).
+#[derive(Debug, Clone)]
+pub struct PageFiles {
+    /// The stylesheet.
+    pub stylesheet: std::sync::Arc<str>,
+    /// The wasm's JavaScript glue.
+    pub js: std::sync::Arc<str>,
+    /// The wasm.
+    pub wasm: std::sync::Arc<str>,
+}
+
+/// The script that loads the wasm and hydrates the page: Leptos' own (`HydrationScripts`), given
+/// the files' paths instead of reading them from a hash file on disk at each render, so that a
+/// binary that carries its files needs no file beside it.
+fn hydration_script(files: &PageFiles) -> String {
+    let js = serde_json::to_string(&*files.js).unwrap_or_default();
+    let wasm = serde_json::to_string(&*files.wasm).unwrap_or_default();
+    format!("import({js}).then(mod => {{ mod.default({{module_or_path: {wasm}}}).then(() => {{ mod.hydrate(); }}); }})")
+}
+
+/// The HTML document around the app, rendered by the server, naming the build's `files`.
+pub fn shell(options: LeptosOptions, files: PageFiles) -> impl IntoView {
     #[cfg(feature = "ssr")]
     let session = session_json().map(|json| view! { <script type="application/json" id=SESSION_ELEMENT inner_html=json></script> });
     #[cfg(not(feature = "ssr"))]
@@ -55,11 +77,13 @@ pub fn shell(options: LeptosOptions, stylesheet: std::sync::Arc<str>) -> impl In
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" href="data:,"/>
-                <link rel="stylesheet" id="leptos" href=stylesheet.to_string()/>
+                <link rel="stylesheet" id="leptos" href=files.stylesheet.to_string()/>
                 <title>"exportd"</title>
-                <AutoReload options=options.clone()/>
+                <AutoReload options/>
                 {session}
-                <HydrationScripts options/>
+                <link rel="modulepreload" href=files.js.to_string()/>
+                <link rel="preload" href=files.wasm.to_string() r#as="fetch" r#type="application/wasm" crossorigin=""/>
+                <script type="module" inner_html=hydration_script(&files)></script>
             </head>
             <body>
                 <App/>

@@ -19,7 +19,7 @@ pub struct Config {
     pub signing_key: Option<String>,
     /// The origin users reach exportd at behind a proxy (`EXPORTD_PUBLIC_ORIGIN`); unset: each
     /// request's own.
-    pub public_origin: Option<crate::auth::PublicOrigin>,
+    pub public_origin: Option<PublicOrigin>,
     /// The peers whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed
     /// (`EXPORTD_TRUSTED_PROXIES`); empty: the TCP peer is the client.
     pub trusted_proxies: Vec<ipnet::IpNet>,
@@ -65,8 +65,9 @@ pub struct Config {
     pub upload_ttl: Duration,
     /// Rows per batch of an import's apply (`EXPORTD_IMPORT_BATCH_ROWS`, default 1,000).
     pub import_batch_rows: u64,
-    /// Where the built page (`pkg/`) is served from.
-    pub site_root: String,
+    /// The folder the built page (`pkg/`) is served from (`LEPTOS_SITE_ROOT`); unset, the files
+    /// inside the binary when it carries them, else `target/site` (see `site_assets`).
+    pub site_root: Option<String>,
 }
 
 /// The most jobs one worker process runs at once: each holds a database connection for its
@@ -130,7 +131,7 @@ impl Config {
                 key => key,
             },
             public_origin: match std::env::var("EXPORTD_PUBLIC_ORIGIN").ok().filter(|v| !v.trim().is_empty()) {
-                Some(value) => Some(crate::auth::PublicOrigin::parse(value.trim()).ok_or(BadVariable {
+                Some(value) => Some(PublicOrigin::parse(value.trim()).ok_or(BadVariable {
                     name: "EXPORTD_PUBLIC_ORIGIN",
                     value,
                     expected: "an origin such as https://exports.example.com (scheme, host and optional port; no path)",
@@ -155,7 +156,7 @@ impl Config {
             max_upload_bytes: number("EXPORTD_MAX_UPLOAD_BYTES", 1 << 30)?,
             upload_ttl: Duration::from_secs(number("EXPORTD_UPLOAD_TTL_SECS", 86_400)?),
             import_batch_rows: number("EXPORTD_IMPORT_BATCH_ROWS", 1000)?.max(1),
-            site_root: std::env::var("LEPTOS_SITE_ROOT").unwrap_or_else(|_| "target/site".to_owned()),
+            site_root: std::env::var("LEPTOS_SITE_ROOT").ok().filter(|v| !v.is_empty()),
         })
     }
 
@@ -186,7 +187,7 @@ impl Config {
             max_upload_bytes: 1 << 30,
             upload_ttl: Duration::from_secs(86_400),
             import_batch_rows: 1000,
-            site_root: "target/site".to_owned(),
+            site_root: None,
         }
     }
 
@@ -218,5 +219,40 @@ impl WorkerConfig {
     /// Whether this worker serves `deployment`.
     pub fn serves(&self, deployment: &str) -> bool {
         self.deployments.is_empty() || self.deployments.iter().any(|d| d.eq_ignore_ascii_case(deployment))
+    }
+}
+
+/// An origin: scheme, host and port, compared exactly (RFC 6454).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicOrigin {
+    scheme: String,
+    host: String,
+    port: u16,
+}
+
+impl PublicOrigin {
+    /// Parses `https://exports.example.com[:port]`: an http or https URL with no path, query or
+    /// credentials.
+    pub fn parse(value: &str) -> Option<PublicOrigin> {
+        let url = url::Url::parse(value).ok()?;
+        let bare = matches!(url.path(), "" | "/") && url.query().is_none() && url.fragment().is_none() && url.username().is_empty() && url.password().is_none();
+        if !bare || !matches!(url.scheme(), "http" | "https") {
+            return None;
+        }
+        PublicOrigin::of_url(&url)
+    }
+
+    fn of_url(url: &url::Url) -> Option<PublicOrigin> {
+        Some(PublicOrigin { scheme: url.scheme().to_owned(), host: url.host_str()?.to_ascii_lowercase(), port: url.port_or_known_default()? })
+    }
+
+    /// The origin an `Origin` header names; `None` for `null` or anything that is not one.
+    pub(crate) fn of_header(value: &str) -> Option<PublicOrigin> {
+        url::Url::parse(value).ok().and_then(|u| PublicOrigin::of_url(&u))
+    }
+
+    /// Whether users reach exportd over TLS at this origin.
+    pub fn is_https(&self) -> bool {
+        self.scheme == "https"
     }
 }

@@ -147,27 +147,6 @@ pub fn jobs_within(budget: u32) -> usize {
     (1..=crate::config::MAX_CONCURRENCY).rev().find(|jobs| worker_connections(*jobs) <= budget).unwrap_or(1)
 }
 
-/// The connections of a worker running `concurrency` jobs: a small pool for short statements
-/// (claims, heartbeats, transitions), and apart from it, where snapshots are read — on
-/// PostgreSQL one connection per job, on SQLite the file (each snapshot opens its own
-/// read-only connection) — so long reads never starve the heartbeats that keep leases alive.
-pub async fn worker_pools(url: &str, concurrency: usize, snapshot_lock_timeout: Duration) -> Result<(DatabaseConnection, crate::worker::snapshot::Source), DbErr> {
-    use crate::worker::snapshot::Source;
-    // Opened in full at start, so a heartbeat never waits for a new connection to be set up.
-    let size = 4 + (concurrency as u32).div_ceil(4);
-    let control = connect_pool(url, PoolUse::Control, size, size).await?;
-    let snapshots = match control.get_database_backend() {
-        // One connection per job, and one more that a job's count can borrow while it is idle.
-        DbBackend::Postgres => {
-            let size = concurrency as u32 + 1;
-            let pool = connect_pool(url, PoolUse::Snapshot { lock_timeout: snapshot_lock_timeout }, size.min(2), size).await?;
-            Source::Postgres { pool: pool.get_postgres_connection_pool().clone(), control: control.clone() }
-        }
-        _ => Source::Sqlite(sqlite_path(url).ok_or_else(|| DbErr::Custom("a worker needs a SQLite database file, not an in-memory one".into()))?.into()),
-    };
-    Ok((control, snapshots))
-}
-
 /// Opens a pool for `use_` of `min` to `max` connections.
 pub async fn connect_pool(url: &str, use_: PoolUse, min: u32, max: u32) -> Result<DatabaseConnection, DbErr> {
     if let Some(path) = sqlite_path(url) {
@@ -241,7 +220,7 @@ fn create_parent_folder(path: &str) -> Result<(), DbErr> {
     }
 }
 
-fn sqlite_path(url: &str) -> Option<String> {
+pub fn sqlite_path(url: &str) -> Option<String> {
     let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
     let path = rest.split('?').next().unwrap_or("");
     (!path.is_empty() && path != ":memory:").then(|| path.to_owned())

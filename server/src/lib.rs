@@ -2,7 +2,7 @@
 //!
 //! The binary (`main.rs`) parses the command line into a [`config::Config`] and calls into these
 //! modules. The REST handlers (`controllers`) and the page are thin adapters over the service
-//! layer (`exports::service`), where each rule of the product contract lives once.
+//! layer (`exports::service`, `imports::service`, over what they share in `service`), where each rule of the product contract lives once.
 
 pub mod auth;
 pub mod bundle;
@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod controllers;
+pub mod csv_cells;
 pub mod db;
 pub mod entities;
 pub mod error;
@@ -22,7 +23,9 @@ pub mod metrics;
 pub mod operations;
 pub mod seed;
 pub mod server;
+pub mod service;
 pub mod site_assets;
+pub mod state;
 pub mod storage;
 pub mod worker;
 

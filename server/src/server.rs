@@ -1,12 +1,10 @@
 //! The HTTP application: shared state and the router of the API, the page and the file links.
 
-use crate::clock::SharedClock;
-use crate::config::Config;
 use crate::controllers;
 use crate::error::AppError;
-use crate::exports::context::ServiceContext;
 use crate::metrics::Metrics;
-use crate::site_assets::SiteAssets;
+pub use crate::state::{AppState, REQUEST_TIMEOUT};
+use crate::site_assets::{SiteAssets, SiteFiles};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::Router;
@@ -17,27 +15,6 @@ use std::sync::Arc;
 
 /// The largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
-
-/// What every request handler shares: the export service's context, which it derefs to.
-#[derive(Clone)]
-pub struct AppState {
-    /// The service the handlers adapt to.
-    pub service: ServiceContext,
-}
-
-impl AppState {
-    /// Builds the state, loading the link-signing keys.
-    pub async fn new(db: DatabaseConnection, config: Arc<Config>, clock: SharedClock) -> Result<AppState, sea_orm::DbErr> {
-        Ok(AppState { service: ServiceContext::new(db, config, clock).await? })
-    }
-}
-
-impl std::ops::Deref for AppState {
-    type Target = ServiceContext;
-    fn deref(&self) -> &ServiceContext {
-        &self.service
-    }
-}
 
 /// Counts every answer of the API by its route pattern (never the path itself: ids would make a
 /// series per export) and status.
@@ -87,16 +64,14 @@ pub fn api_router(state: AppState) -> Router {
 
 /// The whole application: the API beside the server-rendered page and its static files.
 pub fn app_router(state: AppState) -> Router {
-    let assets = SiteAssets::find(&state.config.site_root, "exportd");
-    let options = LeptosOptions::builder()
-        .output_name("exportd")
-        .site_root(state.config.site_root.clone())
-        .site_pkg_dir("pkg")
-        .hash_files(assets.hashed())
-        // An absolute path: Leptos joins it to the binary's folder, which then leaves it as is.
-        .hash_file(assets.hash_file.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| "hash.txt".to_owned()).into())
-        .build();
-    let stylesheet: Arc<str> = assets.stylesheet("exportd").into();
+    let assets = SiteAssets::choose(state.config.site_root.as_deref(), "exportd");
+    match &assets.files {
+        SiteFiles::Embedded => tracing::info!("the page's files are those inside the binary"),
+        SiteFiles::Folder(root) => tracing::info!(site_root = %root.display(), hashed = assets.hashed(), "the page's files are read from a folder"),
+    }
+    // The page names its files itself (`app::PageFiles`): Leptos reads no hash file.
+    let options = LeptosOptions::builder().output_name("exportd").site_pkg_dir("pkg").build();
+    let files = assets.page_files("exportd");
     let routes = generate_route_list(app::App);
     let backend = app::sfn::backend::Backend(Arc::new(controllers::page::PageFunctions(state.clone())));
     let page = Router::new()
@@ -106,18 +81,13 @@ pub fn app_router(state: AppState) -> Router {
             move || leptos::prelude::provide_context(backend.clone()),
             {
                 let options = options.clone();
-                move || app::shell(options.clone(), stylesheet.clone())
+                move || app::shell(options.clone(), files.clone())
             },
         )
         .route("/sfn/{*rest}", axum::routing::any(unknown_route))
         // The page is one route; anything else is a file of the site (its precompressed copy
         // when the browser takes it) or a 404 problem.
-        .fallback_service(
-            tower_http::services::ServeDir::new(&state.config.site_root)
-                .precompressed_br()
-                .precompressed_gzip()
-                .fallback(axum::routing::any(unknown_route)),
-        )
+        .fallback_service(site_files(&assets.files))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state.clone(), controllers::page::guard_server_functions))
@@ -130,6 +100,26 @@ pub fn app_router(state: AppState) -> Router {
             .layer(axum::middleware::from_fn_with_state(assets, answer_headers))
             .layer(axum::middleware::from_fn(bounded)),
     )
+}
+
+/// The service that answers a file of the site: from its folder (its precompressed copy when
+/// the browser takes it), or from inside the binary; anything else is a 404 problem.
+fn site_files(files: &SiteFiles) -> axum::routing::MethodRouter {
+    match files {
+        SiteFiles::Folder(root) => axum::routing::any_service(
+            tower_http::services::ServeDir::new(root).precompressed_br().precompressed_gzip().fallback(axum::routing::any(unknown_route)),
+        ),
+        SiteFiles::Embedded => axum::routing::any(|method: axum::http::Method, uri: axum::http::Uri, headers: axum::http::HeaderMap| async move {
+            use axum::response::IntoResponse;
+            if method != axum::http::Method::GET && method != axum::http::Method::HEAD {
+                return AppError::MethodNotAllowed.into_response();
+            }
+            let value = |name| headers.get(name).and_then(|v: &axum::http::HeaderValue| v.to_str().ok());
+            let path = uri.path().trim_start_matches('/');
+            crate::site_assets::embedded_file(path, value(axum::http::header::ACCEPT_ENCODING), value(axum::http::header::IF_NONE_MATCH), method == axum::http::Method::HEAD)
+                .unwrap_or_else(|| AppError::NotFound.into_response())
+        }),
+    }
 }
 
 /// Headers every answer carries, by what it is: the page may not be framed by another site
@@ -161,10 +151,6 @@ async fn answer_headers(State(assets): State<Arc<SiteAssets>>, req: axum::extrac
 
 /// How long a client may take to send a request's head (a slowloris client is cut off).
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// How long a request may take until its answer starts, reading its body included; the bytes of
-/// a download that follow are not bound by it.
-pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How long a shutdown waits for the answers in flight.
 const DRAIN_CONNECTIONS: std::time::Duration = std::time::Duration::from_secs(30);

@@ -11,6 +11,10 @@
 //! their loader `__wasm_split.<hash>.js` and `__wasm_split_manifest.<hash>.json` — named by a hash
 //! of their content too, but `hash.txt` does not list those hashes: such a file is recognised by
 //! its name's shape (one of those stems, then a hash of cargo-leptos' length and alphabet).
+//!
+//! Where the files come from: `LEPTOS_SITE_ROOT` when it is set (a development build, a package
+//! that ships the folder); else the files inside the binary, which a release build by
+//! cargo-leptos carries (see build.rs); else `target/site`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,17 +22,66 @@ use std::sync::Arc;
 /// The file cargo-leptos writes the hashes to.
 const HASH_FILE: &str = "hash.txt";
 
-/// The hashes of one build's files, if it hashed them.
-#[derive(Debug, Clone, Default)]
+/// The page's files, inside a release binary built by cargo-leptos; an empty folder otherwise.
+#[derive(rust_embed::Embed)]
+#[folder = "$EXPORTD_EMBEDDED_SITE"]
+struct Embedded;
+
+/// Where the site's files are read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SiteFiles {
+    /// A folder on disk.
+    Folder(PathBuf),
+    /// The binary itself.
+    Embedded,
+}
+
+/// The hashes of one build's files, if it hashed them, and where the files are.
+#[derive(Debug, Clone)]
 pub struct SiteAssets {
-    /// Where the hash file was found (beside the binary, or in the site root).
+    /// Where the files are read from.
+    pub files: SiteFiles,
+    /// Where the hash file was found (beside the binary, or in the site root), or `embedded`.
     pub hash_file: Option<PathBuf>,
     js: Option<Arc<str>>,
     wasm: Option<Arc<str>>,
     css: Option<Arc<str>>,
 }
 
+impl Default for SiteAssets {
+    fn default() -> SiteAssets {
+        SiteAssets { files: SiteFiles::Folder(PathBuf::from(DEFAULT_SITE_ROOT)), hash_file: None, js: None, wasm: None, css: None }
+    }
+}
+
+/// The site's folder when `LEPTOS_SITE_ROOT` is not set and the binary carries no files.
+pub const DEFAULT_SITE_ROOT: &str = "target/site";
+
 impl SiteAssets {
+    /// The site this process serves: the folder `site_root` (`LEPTOS_SITE_ROOT`) when it is
+    /// set; else the files inside the binary, when it carries them; else `target/site`.
+    pub fn choose(site_root: Option<&str>, output_name: &str) -> SiteAssets {
+        if let Some(root) = site_root {
+            return SiteAssets::find(root, output_name);
+        }
+        match SiteAssets::embedded(output_name) {
+            Some(assets) => assets,
+            None => SiteAssets::find(DEFAULT_SITE_ROOT, output_name),
+        }
+    }
+
+    /// The files inside the binary, if it carries a whole build's: the hashes build.rs found, and
+    /// every file they name.
+    fn embedded(output_name: &str) -> Option<SiteAssets> {
+        let mut assets = SiteAssets::parse(&env!("EXPORTD_EMBEDDED_HASHES").replace(';', "\n"));
+        if !assets.is_complete() || !assets.files(output_name).iter().all(|f| Embedded::get(f).is_some()) {
+            return None;
+        }
+        assets.files = SiteFiles::Embedded;
+        assets.hash_file = Some(PathBuf::from("embedded"));
+        Some(assets)
+    }
+
     /// Reads the hash file beside the running binary, where cargo-leptos writes it, or else in
     /// `site_root` (where a package may put it beside the files). A hash file whose files are not
     /// in `site_root/pkg` (another build's, say the release one's beside a debug binary) is
@@ -45,11 +98,12 @@ impl SiteAssets {
             let missing: Vec<PathBuf> = assets.files(output_name).into_iter().map(|f| Path::new(site_root).join(f)).filter(|f| !f.is_file()).collect();
             if missing.is_empty() {
                 assets.hash_file = Some(path);
+                assets.files = SiteFiles::Folder(PathBuf::from(site_root));
                 return assets;
             }
             tracing::error!(hash_file = %path.display(), missing = ?missing, "the site's files are not those the hash file names; rebuild the site for this binary");
         }
-        SiteAssets::default()
+        SiteAssets { files: SiteFiles::Folder(PathBuf::from(site_root)), ..SiteAssets::default() }
     }
 
     /// The site paths of the hashed files, `pkg/<output_name>.<hash>.<ext>`.
@@ -90,11 +144,26 @@ impl SiteAssets {
         self.hash_file.is_some()
     }
 
+    /// The path on the site of the build's file of extension `ext`, named by `hash` when the
+    /// build hashed its files.
+    fn path(&self, output_name: &str, hash: &Option<Arc<str>>, ext: &str) -> String {
+        match hash {
+            Some(hash) if self.hashed() => format!("/pkg/{output_name}.{hash}.{ext}"),
+            _ => format!("/pkg/{output_name}.{ext}"),
+        }
+    }
+
     /// The stylesheet's path on the site.
     pub fn stylesheet(&self, output_name: &str) -> String {
-        match &self.css {
-            Some(hash) if self.hashed() => format!("/pkg/{output_name}.{hash}.css"),
-            _ => format!("/pkg/{output_name}.css"),
+        self.path(output_name, &self.css, "css")
+    }
+
+    /// The paths of the files the page's head names.
+    pub fn page_files(&self, output_name: &str) -> app::PageFiles {
+        app::PageFiles {
+            stylesheet: self.stylesheet(output_name).into(),
+            js: self.path(output_name, &self.js, "js").into(),
+            wasm: self.path(output_name, &self.wasm, "wasm").into(),
         }
     }
 
@@ -109,6 +178,59 @@ impl SiteAssets {
             "no-cache"
         }
     }
+}
+
+/// Answers a GET or HEAD of a file inside the binary (`path` without its leading `/`): its
+/// brotli or gzip copy when the browser takes one and the build made it, else the file as is;
+/// `None` when there is no such file. `Cache-Control` and `Vary` are added with every static
+/// file's (server.rs).
+pub fn embedded_file(path: &str, accept_encoding: Option<&str>, if_none_match: Option<&str>, head: bool) -> Option<axum::response::Response> {
+    use axum::http::{header, HeaderValue, StatusCode};
+    use axum::response::IntoResponse;
+    let plain = Embedded::get(path)?;
+    let takes = |coding: &str| accept_encoding.is_some_and(|v| accepts(v, coding));
+    let (file, coding) = [("br", "br"), ("gz", "gzip")]
+        .into_iter()
+        .filter(|(_, coding)| takes(coding))
+        .find_map(|(ext, coding)| Embedded::get(&format!("{path}.{ext}")).map(|f| (f, Some(coding))))
+        .unwrap_or((plain, None));
+    let etag = format!("\"{}\"", hex::encode(file.metadata.sha256_hash()));
+    let mut resp = if if_none_match.is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*")) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else if head {
+        let mut resp = StatusCode::OK.into_response();
+        resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(file.data.len()));
+        resp
+    } else {
+        // A release binary's files are borrowed from the binary: served without a copy.
+        let bytes = match file.data {
+            std::borrow::Cow::Borrowed(data) => bytes::Bytes::from_static(data),
+            std::borrow::Cow::Owned(data) => bytes::Bytes::from(data),
+        };
+        (StatusCode::OK, bytes).into_response()
+    };
+    let h = resp.headers_mut();
+    let media = mime_guess::from_path(path).first_or_octet_stream();
+    if let Ok(media) = HeaderValue::from_str(media.as_ref()) {
+        h.insert(header::CONTENT_TYPE, media);
+    }
+    if let Some(coding) = coding {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static(coding));
+    }
+    if let Ok(etag) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, etag);
+    }
+    Some(resp)
+}
+
+/// Whether an `Accept-Encoding` value takes `coding` (named, or `*`, with a weight above 0).
+fn accepts(accept_encoding: &str, coding: &str) -> bool {
+    accept_encoding.split(',').any(|item| {
+        let mut parts = item.split(';');
+        let name = parts.next().unwrap_or_default().trim();
+        let weight = parts.find_map(|p| p.trim().strip_prefix("q=").map(|q| q.trim().parse::<f32>().unwrap_or(0.0))).unwrap_or(1.0);
+        (name.eq_ignore_ascii_case(coding) || name == "*") && weight > 0.0
+    })
 }
 
 /// The length of a cargo-leptos file hash: 16 bytes in URL-safe base64 without padding.
@@ -197,6 +319,26 @@ mod tests {
         let found = SiteAssets::find(&root, "exportd");
         assert!(found.hashed());
         assert_eq!(found.stylesheet("exportd"), "/pkg/exportd.Ef3.css");
+    }
+
+    #[test]
+    fn an_encoding_is_taken_when_named_or_starred_with_a_weight_above_zero() {
+        assert!(accepts("gzip, deflate, br", "br"));
+        assert!(accepts("gzip;q=0.5, BR;q=1.0", "br"));
+        assert!(accepts("*", "gzip"));
+        assert!(!accepts("gzip, br;q=0", "br"));
+        assert!(!accepts("gzip", "br"));
+        assert!(!accepts("", "gzip"));
+    }
+
+    #[test]
+    fn without_a_site_root_a_binary_that_carries_no_files_reads_target_site() {
+        // Test builds carry no files (build.rs embeds them only in a release build by cargo-leptos).
+        let assets = SiteAssets::choose(None, "exportd");
+        assert_eq!(assets.files, SiteFiles::Folder(PathBuf::from(DEFAULT_SITE_ROOT)));
+        let set = SiteAssets::choose(Some("/srv/site"), "exportd");
+        assert_eq!(set.files, SiteFiles::Folder(PathBuf::from("/srv/site")));
+        assert!(embedded_file("pkg/exportd.wasm", None, None, false).is_none());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use super::{require_same_origin, tokens::hash_secret, Role};
 use crate::entities::{api_tokens, sessions, tenants, users};
 use crate::error::AppError;
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::{header, request::Parts, Method};
 use sea_orm::ConnectionTrait;

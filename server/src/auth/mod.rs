@@ -8,7 +8,8 @@ pub mod throttle;
 mod tokens;
 
 pub use actor::{load_active_actor, session_secret, Actor, AuthVia};
-pub use origin::{client_ip, over_tls, require_same_origin, throttle_address, PublicOrigin};
+pub use crate::config::PublicOrigin;
+pub use origin::{client_ip, over_tls, require_same_origin, throttle_address};
 pub use passwords::{hash_password, verify_password_or_dummy};
 pub use sessions::{clear_session_cookie, create_session, purge_sessions, revoke_session, session_cookie, session_cookie_name, SESSION_COOKIE};
 pub use tokens::{create_token, hash_secret, new_secret};

@@ -6,46 +6,11 @@
 //! `EXPORTD_TRUSTED_PROXIES` the peers whose `X-Forwarded-For` and `X-Forwarded-Proto` are
 //! believed; nothing else a client sends is.
 
-use crate::config::Config;
+use crate::config::{Config, PublicOrigin};
 use crate::error::AppError;
 use axum::extract::ConnectInfo;
 use axum::http::{header, request::Parts, HeaderMap};
 use std::net::{IpAddr, SocketAddr};
-
-/// An origin: scheme, host and port, compared exactly (RFC 6454).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicOrigin {
-    scheme: String,
-    host: String,
-    port: u16,
-}
-
-impl PublicOrigin {
-    /// Parses `https://exports.example.com[:port]`: an http or https URL with no path, query or
-    /// credentials.
-    pub fn parse(value: &str) -> Option<PublicOrigin> {
-        let url = url::Url::parse(value).ok()?;
-        let bare = matches!(url.path(), "" | "/") && url.query().is_none() && url.fragment().is_none() && url.username().is_empty() && url.password().is_none();
-        if !bare || !matches!(url.scheme(), "http" | "https") {
-            return None;
-        }
-        PublicOrigin::of_url(&url)
-    }
-
-    fn of_url(url: &url::Url) -> Option<PublicOrigin> {
-        Some(PublicOrigin { scheme: url.scheme().to_owned(), host: url.host_str()?.to_ascii_lowercase(), port: url.port_or_known_default()? })
-    }
-
-    /// The origin an `Origin` header names; `None` for `null` or anything that is not one.
-    fn of_header(value: &str) -> Option<PublicOrigin> {
-        url::Url::parse(value).ok().and_then(|u| PublicOrigin::of_url(&u))
-    }
-
-    /// Whether users reach exportd over TLS at this origin.
-    pub fn is_https(&self) -> bool {
-        self.scheme == "https"
-    }
-}
 
 /// The TCP peer of a request, IPv4-mapped IPv6 addresses unmapped.
 fn peer(parts: &Parts) -> Option<IpAddr> {

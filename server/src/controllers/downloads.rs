@@ -3,9 +3,11 @@
 
 use crate::auth::Actor;
 use crate::error::AppError;
-use crate::exports::service::{self, Served};
+use crate::exports::service;
+use crate::job_store::kind::JobKind;
+use crate::service::artifacts::{artifact_gone, Body as Stored, Served};
 use crate::links::LinkQuery;
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use super::ids::{ExportIdPath, ExportPartPath, LinkIdPath};
@@ -107,25 +109,26 @@ pub async fn serve_link(
 ) -> Result<Response, AppError> {
     let Query(query) = query.map_err(|_| AppError::LinkInvalid)?;
     let grant = state.links.check(&id, &query, state.now_ms() / 1000).await?;
-    let linked = if crate::job_store::kind::JobKind::of_id(&id) == Some(crate::job_store::kind::JobKind::Import) {
-        crate::imports::service::open_report(&state, &grant).await?
-    } else {
-        service::open_link(&state, &grant).await?
+    // What a link serves is the kind's: a new kind answers here, or this does not compile.
+    let linked = match JobKind::of_id(&id) {
+        Some(JobKind::Export) => service::open_link(&state, &grant).await?,
+        Some(JobKind::Import) => crate::imports::service::open_report(&state, &grant).await?,
+        None => return Err(AppError::LinkInvalid),
     };
-    let gone = service::artifact_gone;
+    let gone = artifact_gone;
     let len = linked.len;
     let etag = format!("\"{}\"", linked.etag_sha256);
     let part = requested_part(&method, &headers, len, &etag)?;
 
     let body = if method == Method::HEAD {
         // The same answer as a GET, without reading the bytes or recording a download.
-        if let service::Body::Object(key) = &linked.body {
+        if let Stored::Object(key) = &linked.body {
             linked.store.objects().head(key).await.map_err(gone)?;
         }
         Body::empty()
     } else {
         let stream = match &linked.body {
-            service::Body::Object(key) => {
+            Stored::Object(key) => {
                 let range = match part {
                     Part::Whole => None,
                     Part::Range(first, last) => Some(GetRange::Bounded(first..last + 1)),
@@ -134,7 +137,7 @@ pub async fn serve_link(
             }
             // The bundle's own bytes are made from the checkpoints, and its parts read in ranges
             // from the store as the client takes them: nothing is copied or held whole.
-            service::Body::Bundle(bundle) => {
+            Stored::Bundle(bundle) => {
                 let range = match part {
                     Part::Whole => 0..len,
                     Part::Range(first, last) => first..last + 1,

@@ -4,9 +4,9 @@ use super::body::{require_json, RawBody};
 use crate::auth::Actor;
 use crate::error::AppError;
 use crate::error::FieldError;
-use crate::exports::key::IdempotencyKey;
+use crate::service::key::IdempotencyKey;
 use crate::exports::service::{self, CancelOutcome, CreateOutcome, ExportList};
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::extract::rejection::QueryRejection;
 use super::ids::ExportIdPath;
 use axum::extract::{Query, State};
@@ -38,7 +38,7 @@ pub async fn create(State(state): State<AppState>, actor: Actor, headers: Header
     service::ensure_may_export(&actor)?;
     let key = IdempotencyKey::from_header_values(headers.get_all("idempotency-key").iter().map(|v| v.as_bytes()))?;
     require_json(&headers)?;
-    let request = service::parse_json(&body)?;
+    let request = crate::service::requests::parse_json(&body)?;
     let outcome = service::create_export(&state, &actor, &key, request).await?;
     let (view, replayed) = match outcome {
         CreateOutcome::Created(v) => (v, false),

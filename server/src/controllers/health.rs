@@ -3,7 +3,7 @@
 use crate::error::AppError;
 use axum::http::header;
 use axum::response::IntoResponse;
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::extract::State;
 use sea_orm::{ConnectionTrait, Statement};
 

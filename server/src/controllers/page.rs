@@ -4,11 +4,11 @@
 
 use crate::auth::Actor;
 use crate::error::AppError;
-use crate::exports::key::IdempotencyKey;
+use crate::service::key::IdempotencyKey;
 use crate::exports::service::{self, CancelOutcome, CreateOutcome};
 use crate::imports::service as imports;
 use crate::imports::uploads::ensure_may_import;
-use crate::server::AppState;
+use crate::state::AppState;
 use app::sfn::backend::{BoxFuture, PageBackend};
 use app::{ExportList, ExportRequest, ExportView, ImportRequest, ImportView, Problem};
 use axum::extract::FromRequestParts;
@@ -62,7 +62,7 @@ impl PageBackend for PageFunctions {
     }
 
     fn download_link(&self, parts: Parts, id: String, part: Option<i32>) -> BoxFuture<'_, Result<String, Problem>> {
-        let served = part.map_or(service::Served::Artifact, service::Served::Part);
+        let served = part.map_or(crate::service::artifacts::Served::Artifact, crate::service::artifacts::Served::Part);
         self.as_actor(parts, move |state, actor| async move { service::download_link(state, &actor, &id, served).await })
     }
 

@@ -4,7 +4,7 @@ use super::body::RawBody;
 use crate::auth::{self, Actor};
 use crate::entities::users;
 use crate::error::AppError;
-use crate::server::AppState;
+use crate::state::AppState;
 use app::{LoginRequest, SessionView};
 use axum::extract::State;
 use axum::http::{header, request::Parts, HeaderValue, StatusCode};
@@ -33,7 +33,7 @@ pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): R
     let login: LoginRequest = serde_json::from_slice(&body).map_err(|_| AppError::MalformedJson("expected {\"email\", \"password\"}".into()))?;
     let email = login.email.trim().to_lowercase();
     // An address no user can have is no one's: nothing to look up, nothing to count.
-    if !crate::exports::ids::could_be_email(&email) {
+    if !crate::service::ids::could_be_email(&email) {
         return Err(AppError::InvalidCredentials);
     }
     // A bounded number of password checks at once, and a short wait for one: a flood gets 503s,

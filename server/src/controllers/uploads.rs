@@ -3,7 +3,7 @@
 use crate::auth::Actor;
 use crate::error::AppError;
 use crate::imports::uploads::{self, UploadOutcome};
-use crate::server::{AppState, REQUEST_TIMEOUT};
+use crate::state::{AppState, REQUEST_TIMEOUT};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -1,10 +1,6 @@
-//! Export operations: the key, the fingerprint, the report registry, resolution, and the service
-//! that every adapter (REST, page) calls.
+//! Export operations: the report registry, validation, resolution, a checkpointed export's
+//! parts, the view, and the service that every adapter (REST, page) calls.
 
-pub mod canonical;
-pub mod context;
-pub mod ids;
-pub mod key;
 pub mod parts;
 pub mod reports;
 pub mod resolve;

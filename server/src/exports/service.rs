@@ -1,9 +1,12 @@
 //! The export service: every rule of creating, reading and downloading an export lives here
 //! once; the REST controllers (and any other adapter) only translate HTTP to these calls.
 
-use super::canonical::fingerprint;
-use super::context::ServiceContext;
-use super::key::IdempotencyKey;
+use crate::service::artifacts::{artifact_gone, Body, LinkedArtifact, Served};
+use crate::service::canonical::fingerprint;
+use crate::service::context::ServiceContext;
+use crate::service::key::IdempotencyKey;
+use crate::service::owned::{cancel_own, counted, list_page, owner};
+use crate::service::requests::typed_request;
 use super::reports::find_report;
 use super::resolve::resolve;
 use super::validate::{control_characters, validate};
@@ -11,9 +14,7 @@ use super::view::{request_of, resolved_of, status_of, to_view};
 use crate::auth::{Actor, Role};
 use crate::clock::rfc3339;
 use crate::entities::jobs;
-use crate::job_store::transitions::{self, Outcome};
-use crate::job_store::intake::{self, Intake, NewJob, Owner};
-use crate::job_store::listing;
+use crate::job_store::intake::{self, Intake, NewJob};
 use crate::job_store::kind::JobKind;
 use crate::job_store::{audit, Mover};
 use crate::error::AppError;
@@ -22,25 +23,13 @@ use app::{Compression, Consistency, DownloadView, ExportRequest, ExportStatus, E
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
 
+/// What a create of an export did.
+pub type CreateOutcome = crate::service::owned::CreateOutcome<ExportView>;
 
-/// What a create did, for an operation of any kind shown as `V` (an export's, an import's view).
-#[derive(Debug)]
-pub enum CreateOutcome<V = ExportView> {
-    /// A new operation was accepted.
-    Created(V),
-    /// The key was already bound to this intent; the current state of that operation.
-    Replayed(V),
-}
+/// What a cancel of an export did.
+pub type CancelOutcome = crate::service::owned::CancelOutcome<ExportView>;
 
-/// Counts a create's answer in the metrics: a replay, or a key bound to another request.
-pub fn counted<V>(state: &ServiceContext, outcome: Result<CreateOutcome<V>, AppError>) -> Result<CreateOutcome<V>, AppError> {
-    match &outcome {
-        Ok(CreateOutcome::Replayed(_)) => state.metrics.replays.inc(),
-        Err(AppError::IdempotencyKeyReused { .. }) => state.metrics.key_reuse_conflicts.inc(),
-        _ => {}
-    }
-    outcome
-}
+
 
 /// Whether `role` may export every column of `resolved` (SPEC §2's "authorised", less activity,
 /// which the caller's lookup already established).
@@ -49,18 +38,6 @@ pub fn role_covers(role: Role, report: &str, resolved: &ResolvedContract) -> boo
     needs_pii.is_some_and(|pii| role.may_export_contract(pii))
 }
 
-/// Parses a request body as JSON; malformed → 400 `malformed-json`.
-pub fn parse_json(body: &[u8]) -> Result<Value, AppError> {
-    serde_json::from_slice(body).map_err(|e| AppError::MalformedJson(format!("line {}, column {}", e.line(), e.column())))
-}
-
-/// Reads the typed request (defaults filled in); a shape error names the field.
-pub fn typed_request<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AppError> {
-    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
-        let pointer = json_pointer(e.path());
-        AppError::InvalidRequest(vec![crate::error::FieldError::new(pointer, e.inner().to_string())])
-    })
-}
 
 /// The fingerprint of a request (SPEC §3.1): of the intent with its defaults filled in, except the
 /// fields added later (`consistency`, `options.compression`), which enter it only when they
@@ -77,19 +54,6 @@ fn fingerprint_of(request: &ExportRequest) -> Result<String, serde_json::Error> 
     Ok(fingerprint(&value))
 }
 
-/// The JSON pointer (RFC 6901) of a place in a request: `/columns/0`, with `~` and `/` in names
-/// escaped as `~0` and `~1`.
-fn json_pointer(path: &serde_path_to_error::Path) -> String {
-    use serde_path_to_error::Segment;
-    path.iter()
-        .filter_map(|segment| match segment {
-            Segment::Seq { index } => Some(index.to_string()),
-            Segment::Map { key } => Some(key.replace('~', "~0").replace('/', "~1")),
-            Segment::Enum { .. } | Segment::Unknown => None,
-        })
-        .map(|token| format!("/{token}"))
-        .collect()
-}
 
 async fn find_by_key<C: ConnectionTrait>(db: &C, actor: &Actor, key: &str) -> Result<Option<jobs::Model>, AppError> {
     Ok(intake::find_by_key(db, owner(actor), JobKind::Export, key).await?)
@@ -179,15 +143,11 @@ async fn insert_new(
     }
 }
 
-/// The actor as the owner of the jobs it creates.
-pub fn owner(actor: &Actor) -> Owner<'_> {
-    Owner { tenant_id: &actor.tenant_id, actor_id: &actor.user_id }
-}
 
 /// The actor's own export with this id; any other id (unknown, malformed, another actor's or
 /// tenant's) is the same 404.
 pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Result<jobs::Model, AppError> {
-    if !super::ids::is_export_id(id) {
+    if !crate::service::ids::is_export_id(id) {
         return Err(AppError::ExportNotFound);
     }
     jobs::Entity::find_by_id(id.to_owned())
@@ -198,15 +158,6 @@ pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Re
         .ok_or(AppError::ExportNotFound)
 }
 
-/// What a download serves: the export's file, one part of a checkpointed export, or the bundle
-/// of a checkpointed export.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Served {
-    /// The file of a snapshot export, or the bundle of a checkpointed one.
-    Artifact,
-    /// Part `n` (1, 2, …) of a checkpointed export.
-    Part(i32),
-}
 
 fn is_checkpointed(m: &jobs::Model) -> Result<bool, AppError> {
     Ok(request_of(m)?.consistency == Consistency::Checkpointed)
@@ -315,45 +266,7 @@ pub async fn download_link(state: &ServiceContext, actor: &Actor, id: &str, serv
     Ok(link.url)
 }
 
-/// The bytes a verified link serves.
-pub enum Body {
-    /// One stored object, whole.
-    Object(object_store::path::Path),
-    /// The bundle of a checkpointed export, made of its manifest and its stored parts.
-    Bundle(crate::bundle::Bundle),
-}
 
-/// What a signed link may serve, after the re-checks: the export, its store, the body, its size,
-/// its identity (the `ETag`: the file's, the part's or the manifest's digest), the digest of its
-/// bytes, and how it is named.
-pub struct LinkedArtifact {
-    /// The export the link is for.
-    pub export: jobs::Model,
-    /// The store holding the bytes.
-    pub store: crate::storage::ExportStore,
-    /// What is served.
-    pub body: Body,
-    /// Its size in bytes.
-    pub len: u64,
-    /// Hex SHA-256 that identifies it.
-    pub etag_sha256: String,
-    /// Hex SHA-256 of its bytes.
-    pub digest: String,
-    /// The name it is saved under.
-    pub filename: String,
-    /// Its media type.
-    pub media_type: &'static str,
-    /// What it is, for the audit trail.
-    pub served: Served,
-}
-
-/// A file missing from its store is expired (retention ran, or someone removed it), not an error.
-pub fn artifact_gone(e: object_store::Error) -> AppError {
-    match e {
-        object_store::Error::NotFound { .. } => AppError::ArtifactExpired,
-        e => e.into(),
-    }
-}
 
 /// What a verified link grants, after re-checking (SPEC §2) that it is still the same artifact,
 /// still ready and not expired, and that the minting actor is still active in the export's
@@ -409,24 +322,7 @@ pub async fn record_download(state: &ServiceContext, m: &jobs::Model, actor_id: 
     Ok(())
 }
 
-/// What a cancel did (SPEC §3): 200 for `cancelled`, 202 for `cancel_requested`.
-#[derive(Debug)]
-pub enum CancelOutcome<V = ExportView> {
-    /// Cancelled at once (was queued or retry_wait), or already cancelled.
-    Cancelled(V),
-    /// The worker stops at its next checkpoint (was running), or already asked.
-    Requested(V),
-}
 
-/// Asks the job store to cancel the actor's job `m` and returns the job as it is after: moved,
-/// or (not in a cancellable state) as it is now.
-pub async fn cancel_own(state: &ServiceContext, actor: &Actor, m: &jobs::Model) -> Result<jobs::Model, AppError> {
-    let by = transitions::Canceller::User { tenant_id: &actor.tenant_id, actor_id: &actor.user_id };
-    Ok(match transitions::cancel(&state.db, &m.id, by).await? {
-        Outcome::Moved(row) => *row,
-        Outcome::NotMoved(_) => jobs::Entity::find_by_id(m.id.clone()).one(&state.db).await?.ok_or(AppError::ExportNotFound)?,
-    })
-}
 
 /// Cancels the actor's export: `queued`/`retry_wait` → `cancelled`, `running` →
 /// `cancel_requested`, in one conditional update; a finished export is 409 with its view.
@@ -448,10 +344,6 @@ pub use app::ExportList;
 
 
 
-/// The default and largest page sizes of `GET /api/exports`.
-pub const LIST_DEFAULT: u64 = 20;
-/// The largest page size.
-pub const LIST_MAX: u64 = 100;
 
 /// The actor's exports, newest first, `limit` per page (1–100), after `cursor`.
 pub async fn list_exports(state: &ServiceContext, actor: &Actor, limit: Option<&str>, cursor: Option<&str>) -> Result<ExportList, AppError> {
@@ -463,17 +355,3 @@ pub async fn list_exports(state: &ServiceContext, actor: &Actor, limit: Option<&
     Ok(ExportList { items, next_cursor: page.next_cursor })
 }
 
-/// A page of the actor's jobs of `kind`: `limit` 1–100 (default 20), after `cursor`; either
-/// malformed is 422.
-pub async fn list_page(state: &ServiceContext, actor: &Actor, kind: JobKind, limit: Option<&str>, cursor: Option<&str>) -> Result<listing::Page, AppError> {
-    let limit = match limit {
-        None => LIST_DEFAULT,
-        Some(s) => s.parse::<u64>().ok().filter(|n| (1..=LIST_MAX).contains(n)).ok_or_else(|| {
-            AppError::InvalidRequest(vec![crate::error::FieldError::new("/limit", "limit must be a whole number from 1 to 100")])
-        })?,
-    };
-    listing::page(&state.db, owner(actor), kind, limit, cursor).await.map_err(|e| match e {
-        listing::ListError::BadCursor => AppError::InvalidRequest(vec![crate::error::FieldError::new("/cursor", "not a cursor this API gave out")]),
-        listing::ListError::Db(e) => e.into(),
-    })
-}

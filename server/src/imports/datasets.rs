@@ -4,9 +4,9 @@
 //! database (a `customer_email` that names no customer, a row the database refuses) is checked
 //! by the import job; everything here is a pure function of the file.
 
-use crate::exports::ids::could_be_email;
+use crate::service::ids::could_be_email;
 use crate::exports::reports::{is_country, ORDER_STATUSES};
-use crate::worker::csv_cells::undefuse;
+use crate::csv_cells::undefuse;
 
 /// A dataset an import writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

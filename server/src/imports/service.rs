@@ -10,10 +10,11 @@ use crate::auth::Actor;
 use crate::clock::rfc3339;
 use crate::entities::jobs;
 use crate::error::{AppError, FieldError};
-use crate::exports::canonical::fingerprint;
-use crate::exports::context::ServiceContext;
-use crate::exports::key::IdempotencyKey;
-use crate::exports::service::{cancel_own, counted, list_page, owner, typed_request};
+use crate::service::canonical::fingerprint;
+use crate::service::context::ServiceContext;
+use crate::service::key::IdempotencyKey;
+use crate::service::owned::{cancel_own, counted, list_page, owner};
+use crate::service::requests::typed_request;
 use crate::job_store::intake::{self, Intake, NewJob};
 use crate::job_store::kind::JobKind;
 use crate::job_store::{audit, Mover};
@@ -22,10 +23,10 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
 
 /// What `create_import` did.
-pub type CreateOutcome = crate::exports::service::CreateOutcome<ImportView>;
+pub type CreateOutcome = crate::service::owned::CreateOutcome<ImportView>;
 
 /// What `cancel_import` did.
-pub type CancelOutcome = crate::exports::service::CancelOutcome<ImportView>;
+pub type CancelOutcome = crate::service::owned::CancelOutcome<ImportView>;
 
 /// The fingerprint of an import request: of the request with its defaults, the upload named by
 /// its digest instead of its id (SPEC §10).
@@ -259,8 +260,8 @@ pub async fn report_download(state: &ServiceContext, actor: &Actor, id: &str) ->
 
 /// What a signed link to an import's report serves, after checking the grant against the job
 /// now: the report it names, kept, and an actor who may still import.
-pub async fn open_report(state: &ServiceContext, grant: &crate::links::LinkGrant) -> Result<crate::exports::service::LinkedArtifact, AppError> {
-    use crate::exports::service::{Body, LinkedArtifact, Served};
+pub async fn open_report(state: &ServiceContext, grant: &crate::links::LinkGrant) -> Result<crate::service::artifacts::LinkedArtifact, AppError> {
+    use crate::service::artifacts::{Body, LinkedArtifact, Served};
     let m = jobs::Entity::find_by_id(grant.export_id.clone()).one(&state.db).await?.ok_or(AppError::LinkInvalid)?;
     if m.kind != JobKind::Import.as_str() || m.artifact_sha256.as_deref() != Some(grant.sha256.as_str()) {
         return Err(AppError::LinkInvalid);
@@ -274,7 +275,7 @@ pub async fn open_report(state: &ServiceContext, grant: &crate::links::LinkGrant
     let store = state.stores.for_deployment(&state.db, &m.deployment).await?;
     let len = match m.artifact_bytes {
         Some(bytes) => bytes as u64,
-        None => store.objects().head(&key).await.map_err(crate::exports::service::artifact_gone)?.size,
+        None => store.objects().head(&key).await.map_err(crate::service::artifacts::artifact_gone)?.size,
     };
     let filename = report_name(&m);
     Ok(LinkedArtifact { store, body: Body::Object(key), len, etag_sha256: grant.sha256.clone(), digest: grant.sha256.clone(), filename, media_type: REPORT_MEDIA_TYPE, served: Served::Artifact, export: m })

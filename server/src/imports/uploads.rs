@@ -10,7 +10,7 @@
 use crate::auth::Actor;
 use crate::entities::uploads;
 use crate::error::AppError;
-use crate::exports::context::ServiceContext;
+use crate::service::context::ServiceContext;
 use crate::job_store::db_now;
 use app::UploadView;
 use bytes::Bytes;

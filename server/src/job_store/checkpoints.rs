@@ -9,7 +9,7 @@
 //! here it is a JSON payload. So is the plan a job's first attempt fixes for every later one (a
 //! checkpointed export's part size and highest key).
 
-use super::transitions::{current, Refusal};
+use super::fencing::{current, Refusal};
 use super::{audit, begin_write, db_now, Mover};
 use crate::entities::{import_refusals, jobs, job_checkpoints};
 use app::ExportStatus;

@@ -57,6 +57,16 @@ impl JobKind {
         }
     }
 
+    /// Whether a redrive keeps its committed steps: an import's batches are applied rows, kept
+    /// (with its plan) so a redrive goes on after the last; an export's parts are only files,
+    /// read again from a new snapshot.
+    pub fn redrive_keeps_committed_steps(self) -> bool {
+        match self {
+            JobKind::Export => false,
+            JobKind::Import => true,
+        }
+    }
+
     /// The root folder of its published files in a deployment's store.
     pub fn artifact_root(self) -> &'static str {
         match self {

@@ -28,6 +28,7 @@ pub mod audit;
 pub mod authority;
 pub mod checkpoints;
 pub mod claims;
+pub mod fencing;
 pub mod intake;
 pub mod kind;
 pub mod listing;

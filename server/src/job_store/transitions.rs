@@ -6,11 +6,12 @@
 
 use super::authority::Authority;
 use super::{audit, begin_write, checkpoints, db_now, Mover};
+pub use super::fencing::{current, Current, Refusal};
 use crate::entities::{job_events, jobs};
 use crate::faults::Faults;
 use app::ExportStatus;
 use sea_orm::sea_query::{CaseStatement, Expr, ExprTrait, LockBehavior, LockType, Query};
-use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect, UpdateMany};
+use sea_orm::{ColumnTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect, UpdateMany};
 use std::time::Duration;
 
 use ExportStatus::{CancelRequested, Cancelled, Failed, Queued, Ready, RetryWait, Running};
@@ -141,14 +142,6 @@ impl RetryPolicy {
     }
 }
 
-/// The state of a row that a transition did not move.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Current {
-    /// Its status now; `None` when the row is gone (purged).
-    pub status: Option<ExportStatus>,
-    /// Its generation now.
-    pub generation: i32,
-}
 
 /// What a transition did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,27 +152,6 @@ pub enum Outcome {
     NotMoved(Current),
 }
 
-/// Why a worker's fenced write was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// Still this generation, but cancel was asked.
-    CancelRequested,
-    /// Still this generation and running, but the actor is no longer authorised.
-    Revoked,
-    /// Not this worker's any more: another generation, or finished.
-    Lost,
-}
-
-impl Refusal {
-    /// Why a write under `generation` was refused, from how the row is now.
-    pub(crate) fn of(current: &Current, generation: i32) -> Refusal {
-        match current.status {
-            Some(Running) if current.generation == generation => Refusal::Revoked,
-            Some(CancelRequested) if current.generation == generation => Refusal::CancelRequested,
-            _ => Refusal::Lost,
-        }
-    }
-}
 
 /// What a heartbeat learned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,20 +297,6 @@ pub async fn owed_reports(db: &DatabaseConnection, deployments: &[String], limit
         .await
 }
 
-/// The row's status and generation now.
-pub async fn current<C: ConnectionTrait>(db: &C, id: &str) -> Result<Current, DbErr> {
-    let row = jobs::Entity::find_by_id(id.to_owned())
-        .select_only()
-        .column(jobs::Column::Status)
-        .column(jobs::Column::Generation)
-        .into_tuple::<(String, i32)>()
-        .one(db)
-        .await?;
-    Ok(match row {
-        Some((status, generation)) => Current { status: ExportStatus::parse(&status), generation },
-        None => Current { status: None, generation: 0 },
-    })
-}
 
 /// A fault point inside a transition's transaction, before its COMMIT (tests freeze a process
 /// there); a `return` action makes the transition change nothing.
@@ -615,8 +573,9 @@ pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr
     use super::kind::JobKind;
     use crate::entities::uploads;
     let backend = db.get_database_backend();
+    let keeping: Vec<&str> = JobKind::ALL.into_iter().filter(|k| k.redrive_keeps_committed_steps()).map(JobKind::as_str).collect();
     let keeps = |kept: Expr, reset: Expr| -> Expr {
-        CaseStatement::new().case(Expr::col((jobs::Entity, jobs::Column::Kind)).eq(JobKind::Import.as_str()), kept).finally(reset).into()
+        CaseStatement::new().case(Expr::col((jobs::Entity, jobs::Column::Kind)).is_in(keeping.clone()), kept).finally(reset).into()
     };
     let upload_kept = Query::select()
         .expr(Expr::val(1))
@@ -650,9 +609,10 @@ pub async fn redrive(db: &DatabaseConnection, id: &str) -> Result<Outcome, DbErr
         txn.rollback().await?;
         return Ok(Outcome::NotMoved(current(db, id).await?));
     };
-    match JobKind::parse(&row.kind) {
-        Some(JobKind::Import) => checkpoints::forget_uncommitted(&txn, &row).await?,
-        Some(JobKind::Export) | None => checkpoints::forget(&txn, id).await?,
+    if JobKind::parse(&row.kind).is_some_and(JobKind::redrive_keeps_committed_steps) {
+        checkpoints::forget_uncommitted(&txn, &row).await?;
+    } else {
+        checkpoints::forget(&txn, id).await?;
     }
     audit::record_move(&txn, &row, Mover::Operator, Some("redriven")).await?;
     txn.commit().await?;

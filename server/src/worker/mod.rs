@@ -2,7 +2,6 @@
 //! janitor, and the wake-ups that start a claim as soon as a job is queued. Runs inside `serve`
 //! and as `exportd worker`, in any number of processes on any number of machines.
 
-pub mod csv_cells;
 pub mod encoding;
 pub mod janitor;
 pub mod jobs;
@@ -73,7 +72,7 @@ impl WorkerContext {
             }
         }
         // A snapshot's lock wait is ended by the stall rule first; its own bound is the backstop.
-        let (db, snapshots) = db::worker_pools(&config.database_url, worker.concurrency, config.stall + config.lease).await?;
+        let (db, snapshots) = snapshot::worker_pools(&config.database_url, worker.concurrency, config.stall + config.lease).await?;
         Ok(WorkerContext {
             db,
             snapshots,

@@ -15,7 +15,7 @@
 //! Both write every cell through [`CsvEncoder`], so defusing, money and instants follow one rule.
 
 use crate::exports::reports::{ColumnSpec, ColumnType, FilterTest, ReportSpec};
-use crate::worker::csv_cells::CsvEncoder;
+use crate::csv_cells::CsvEncoder;
 use app::{ExportRequest, ResolvedContract};
 use bytes::{Buf, BytesMut};
 use futures::StreamExt;
@@ -23,6 +23,28 @@ use sea_orm::sea_query::{Alias, Expr, ExprTrait, JoinType, Order, PostgresQueryB
 use sea_orm::sqlx;
 use sea_orm::DbBackend;
 use tokio::sync::mpsc;
+
+/// The connections of a worker running `concurrency` jobs: a small pool for short statements
+/// (claims, heartbeats, transitions), and apart from it, where snapshots are read — on
+/// PostgreSQL one connection per job, on SQLite the file (each snapshot opens its own
+/// read-only connection) — so long reads never starve the heartbeats that keep leases alive.
+pub async fn worker_pools(url: &str, concurrency: usize, snapshot_lock_timeout: std::time::Duration) -> Result<(sea_orm::DatabaseConnection, Source), sea_orm::DbErr> {
+    use crate::db::{connect_pool, sqlite_path, PoolUse};
+    use sea_orm::DbErr;
+    // Opened in full at start, so a heartbeat never waits for a new connection to be set up.
+    let size = 4 + (concurrency as u32).div_ceil(4);
+    let control = connect_pool(url, PoolUse::Control, size, size).await?;
+    let snapshots = match control.get_database_backend() {
+        // One connection per job, and one more that a job's count can borrow while it is idle.
+        DbBackend::Postgres => {
+            let size = concurrency as u32 + 1;
+            let pool = connect_pool(url, PoolUse::Snapshot { lock_timeout: snapshot_lock_timeout }, Ord::min(size, 2), size).await?;
+            Source::Postgres { pool: pool.get_postgres_connection_pool().clone(), control: control.clone() }
+        }
+        _ => Source::Sqlite(sqlite_path(url).ok_or_else(|| DbErr::Custom("a worker needs a SQLite database file, not an in-memory one".into()))?.into()),
+    };
+    Ok((control, snapshots))
+}
 
 /// Bytes of CSV gathered before a chunk is handed over.
 pub const CHUNK_BYTES: usize = 256 * 1024;

@@ -11,9 +11,9 @@
 //! read, which its checkpoint and the manifest record.
 
 use super::attempt::Stop;
-use super::export_csv::{Attempt, PartRead, Staged};
+use super::export_attempt::{Attempt, PartRead, Staged};
 use crate::entities::jobs;
-use crate::exports::canonical::canonical_json;
+use crate::service::canonical::canonical_json;
 use crate::exports::reports::find_report;
 use crate::exports::parts::{self, PartRecord, PartsPlan};
 use crate::job_store::authority::Authority;

@@ -16,7 +16,7 @@ use crate::imports::stored::{self, plan_of, request_of, resolved_of, ReportFile}
 use crate::job_store::transitions::{self, Artifact, Failure};
 use crate::job_store::Mover;
 use crate::storage::{staging_part_key, ExportStore, StagingUpload};
-use crate::worker::csv_cells::defuse;
+use crate::csv_cells::defuse;
 use crate::worker::WorkerContext;
 use object_store::path::Path;
 use sea_orm::{DatabaseConnection, EntityTrait};

@@ -1,5 +1,6 @@
 //! The jobs a worker runs, one module per kind of job (see [`JobKind`]): producing a CSV export,
-//! as one file (`export_csv`) or in checkpointed parts delivered as a bundle (`export_parts`), and
+//! as one file (`export_csv`) or in checkpointed parts delivered as a bundle (`export_parts`), both
+//! over what every export attempt does (`export_attempt`), and
 //! validating and applying an import (`import_csv`), reading its files (`import_file`) and
 //! writing its report for every ending (`import_report`).
 //! Claims, leases, fencing and the transitions that end an attempt are the job store's, the
@@ -7,6 +8,7 @@
 
 mod attempt;
 mod duplicate_keys;
+mod export_attempt;
 pub mod export_csv;
 pub mod export_parts;
 pub mod import_csv;
