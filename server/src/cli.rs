@@ -108,6 +108,26 @@ pub enum Command {
         #[command(subcommand)]
         command: StoresCommand,
     },
+    /// The catalog of reports and datasets (docs/catalog.md).
+    Catalog {
+        /// What to do.
+        #[command(subcommand)]
+        command: CatalogCommand,
+    },
+}
+
+/// `exportd catalog …`.
+#[derive(Debug, Subcommand)]
+pub enum CatalogCommand {
+    /// Checks a catalog file (default: EXPORTD_CATALOG, else the built-in demo catalog); exits 1
+    /// with every error as FILE:LINE:COL: message.
+    Check {
+        /// The catalog file.
+        file: Option<String>,
+        /// Check everything but the SQL, without connecting to the source.
+        #[arg(long)]
+        offline: bool,
+    },
 }
 
 /// A state an operator lists by: one of SPEC §4's (a usage error otherwise).

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod bundle;
+pub mod catalog;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -2,7 +2,7 @@
 //! 1 runtime error (message on stderr), 2 usage error (clap's).
 
 use clap::Parser;
-use exportd::cli::{Cli, Command, JobsCommand, KeysCommand, StoresCommand, TokenCommand, UserCommand};
+use exportd::cli::{CatalogCommand, Cli, Command, JobsCommand, KeysCommand, StoresCommand, TokenCommand, UserCommand};
 use exportd::clock::{SharedClock, SystemClock};
 use exportd::config::{Config, WorkerConfig};
 use exportd::entities::users;
@@ -88,7 +88,35 @@ fn shutdown_on_signal() -> Result<CancellationToken, String> {
     Ok(token)
 }
 
+/// Reads and checks the catalog `file` (else `EXPORTD_CATALOG`, else the built-in one), printing
+/// every error as `FILE:LINE:COL: message`.
+fn checked_catalog(file: Option<&str>) -> Result<exportd::catalog::Catalog, String> {
+    let file = file.map(str::to_owned).or_else(|| std::env::var("EXPORTD_CATALOG").ok().filter(|f| !f.is_empty()));
+    let (name, read) = match &file {
+        Some(path) => (path.clone(), std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?),
+        None => (exportd::catalog::DEMO_NAME.to_owned(), exportd::catalog::DEMO.to_owned()),
+    };
+    exportd::catalog::parse(&name, &read).map_err(|errors| {
+        for error in &errors {
+            eprintln!("{error}");
+        }
+        format!("{name}: {} error{} in the catalog", errors.len(), if errors.len() == 1 { "" } else { "s" })
+    })
+}
+
 async fn run(cli: Cli) -> Result<(), String> {
+    if let Command::Catalog { command: CatalogCommand::Check { file, offline } } = &cli.command {
+        let catalog = checked_catalog(file.as_deref())?;
+        if !offline {
+            return Err("checking the catalog's SQL against its source is not built yet; --offline checks everything else".into());
+        }
+        println!("{} report{} and {} dataset{}: no errors", catalog.reports.len(), if catalog.reports.len() == 1 { "" } else { "s" }, catalog.datasets.len(), if catalog.datasets.len() == 1 { "" } else { "s" });
+        return Ok(());
+    }
+    if let Command::Serve { .. } | Command::Worker { .. } = &cli.command {
+        // A process refuses to start on a catalog with an error, before it takes any job.
+        checked_catalog(None)?;
+    }
     let config = Arc::new(Config::from_args(&cli.global).map_err(|e| e.to_string())?);
     // Long-running commands stop gracefully on SIGTERM, even one that arrives during start-up.
     let shutdown = match cli.command {
@@ -97,6 +125,8 @@ async fn run(cli: Cli) -> Result<(), String> {
     };
     let connect = || async { db::connect_and_migrate(&config.database_url).await.map_err(|e| format!("database: {e}")) };
     match cli.command {
+        // Answered before the configuration was read.
+        Command::Catalog { .. } => Ok(()),
         Command::Migrate => {
             connect().await?;
             Ok(())
