@@ -71,6 +71,12 @@ pub enum Command {
         #[arg(long, default_value_t = 10_000)]
         orders: u32,
     },
+    /// Manage tenants.
+    Tenant {
+        /// What to do.
+        #[command(subcommand)]
+        command: TenantCommand,
+    },
     /// Manage users.
     User {
         /// What to change.
@@ -202,6 +208,50 @@ pub enum UserCommand {
         /// admin, analyst or viewer.
         role: String,
     },
+    /// Add a user to a tenant; an email that exists is refused (exit 1) and nothing changes.
+    Add {
+        /// The user's email.
+        email: String,
+        /// The tenant's slug.
+        #[arg(long)]
+        tenant: String,
+        /// admin, analyst or viewer.
+        #[arg(long)]
+        role: String,
+        /// Read the password from the first line of standard input (without it, the user has
+        /// no password).
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Deactivate a user: their sessions and tokens end at once.
+    Deactivate {
+        /// The user's email.
+        email: String,
+    },
+    /// List users: email, tenant, role, active.
+    List {
+        /// Only this tenant's (its slug).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+}
+
+/// `exportd tenant …`.
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Add a tenant; a slug or source id that exists is refused (exit 1) and nothing changes.
+    Add {
+        /// The tenant's slug.
+        slug: String,
+        /// The deployment whose workers and store serve it.
+        #[arg(long)]
+        deployment: String,
+        /// What a catalog report's `tenant` expression is compared with (default: its id).
+        #[arg(long)]
+        source_id: Option<String>,
+    },
+    /// List tenants: slug, id, deployment, source id.
+    List,
 }
 
 /// `exportd token …`.
@@ -211,5 +261,15 @@ pub enum TokenCommand {
     Create {
         /// The user's email.
         email: String,
+    },
+    /// List a user's tokens: id, created (epoch ms), active or revoked.
+    List {
+        /// The user's email.
+        email: String,
+    },
+    /// Revoke a token at once.
+    Revoke {
+        /// The token's id (from `token list`).
+        id: String,
     },
 }

@@ -4,6 +4,7 @@
 //! modules. The REST handlers (`controllers`) and the page are thin adapters over the service
 //! layer (`exports::service`, `imports::service`, over what they share in `service`), where each rule of the product contract lives once.
 
+pub mod admin;
 pub mod auth;
 pub mod bundle;
 pub mod catalog;

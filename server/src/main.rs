@@ -2,7 +2,7 @@
 //! 1 runtime error (message on stderr), 2 usage error (clap's).
 
 use clap::Parser;
-use exportd::cli::{CatalogCommand, Cli, Command, JobsCommand, KeysCommand, StoresCommand, TokenCommand, UserCommand};
+use exportd::cli::{CatalogCommand, Cli, Command, JobsCommand, KeysCommand, StoresCommand, TenantCommand, TokenCommand, UserCommand};
 use exportd::clock::{SharedClock, SystemClock};
 use exportd::config::{Config, WorkerConfig};
 use exportd::entities::users;
@@ -148,6 +148,46 @@ async fn run(cli: Cli) -> Result<(), String> {
             user.role = Set(role.as_str().to_owned());
             user.update(&db).await.map_err(|e| format!("database: {e}"))?;
             Ok(())
+        }
+        Command::Tenant { command } => {
+            let db = connect().await?;
+            match command {
+                TenantCommand::Add { slug, deployment, source_id } => {
+                    exportd::admin::add_tenant(&db, &slug, &deployment, source_id.as_deref(), now_ms()).await.map_err(|e| e.to_string())?;
+                }
+                TenantCommand::List => print!("{}", exportd::admin::list_tenants(&db).await.map_err(|e| e.to_string())?),
+            }
+            Ok(())
+        }
+        Command::User { command: UserCommand::Add { email, tenant, role, password_stdin } } => {
+            let password = if password_stdin {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).map_err(|e| format!("reading the password: {e}"))?;
+                Some(line.trim_end_matches(['\n', '\r']).to_owned())
+            } else {
+                None
+            };
+            let db = connect().await?;
+            exportd::admin::add_user(&db, &email, &tenant, &role, password.as_deref(), now_ms()).await.map_err(|e| e.to_string())?;
+            Ok(())
+        }
+        Command::User { command: UserCommand::Deactivate { email } } => {
+            let db = connect().await?;
+            exportd::admin::deactivate_user(&db, &email, now_ms()).await.map_err(|e| e.to_string())
+        }
+        Command::User { command: UserCommand::List { tenant } } => {
+            let db = connect().await?;
+            print!("{}", exportd::admin::list_users(&db, tenant.as_deref()).await.map_err(|e| e.to_string())?);
+            Ok(())
+        }
+        Command::Token { command: TokenCommand::List { email } } => {
+            let db = connect().await?;
+            print!("{}", exportd::admin::list_tokens(&db, &email).await.map_err(|e| e.to_string())?);
+            Ok(())
+        }
+        Command::Token { command: TokenCommand::Revoke { id } } => {
+            let db = connect().await?;
+            exportd::admin::revoke_token(&db, &id, now_ms()).await.map_err(|e| e.to_string())
         }
         Command::Token { command: TokenCommand::Create { email } } => {
             let db = connect().await?;

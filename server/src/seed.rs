@@ -58,6 +58,7 @@ pub async fn seed_demo(db: &DatabaseConnection, orders_per_tenant: u32, now_ms: 
         if tenants::Entity::find().filter(tenants::Column::Slug.eq(slug)).one(db).await?.is_none() {
             tenants::ActiveModel {
                 id: Set(format!("ten_{slug}")),
+                source_id: Set(format!("ten_{slug}")),
                 slug: Set(slug.to_owned()),
                 name: Set(name.to_owned()),
                 deployment: Set(deployment.to_owned()),

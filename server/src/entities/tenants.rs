@@ -11,6 +11,8 @@ pub struct Model {
     pub slug: String,
     pub name: String,
     pub deployment: String,
+    /// What a catalog report's `tenant` expression is compared with; unique, by default `id`.
+    pub source_id: String,
     pub created_at: i64,
     /// When a worker last claimed a job of this tenant (claims rotate between tenants).
     pub last_claimed_at: i64,
