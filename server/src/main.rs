@@ -90,25 +90,35 @@ fn shutdown_on_signal() -> Result<CancellationToken, String> {
 
 /// Reads and checks the catalog `file` (else `EXPORTD_CATALOG`, else the built-in one), printing
 /// every error as `FILE:LINE:COL: message`.
-fn checked_catalog(file: Option<&str>) -> Result<exportd::catalog::Catalog, String> {
+fn checked_catalog(file: Option<&str>) -> Result<(String, exportd::catalog::Catalog), String> {
     let file = file.map(str::to_owned).or_else(|| std::env::var("EXPORTD_CATALOG").ok().filter(|f| !f.is_empty()));
     let (name, read) = match &file {
         Some(path) => (path.clone(), std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?),
         None => (exportd::catalog::DEMO_NAME.to_owned(), exportd::catalog::DEMO.to_owned()),
     };
-    exportd::catalog::parse(&name, &read).map_err(|errors| {
-        for error in &errors {
-            eprintln!("{error}");
-        }
-        format!("{name}: {} error{} in the catalog", errors.len(), if errors.len() == 1 { "" } else { "s" })
-    })
+    let catalog = exportd::catalog::parse(&name, &read).map_err(|errors| reported(&name, &errors))?;
+    Ok((name, catalog))
+}
+
+/// Prints every error of the catalog `name` on stderr, and says how many there were.
+fn reported(name: &str, errors: &[exportd::catalog::CatalogError]) -> String {
+    for error in errors {
+        eprintln!("{error}");
+    }
+    format!("{name}: {} error{} in the catalog", errors.len(), if errors.len() == 1 { "" } else { "s" })
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
     if let Command::Catalog { command: CatalogCommand::Check { file, offline } } = &cli.command {
-        let catalog = checked_catalog(file.as_deref())?;
+        let (name, catalog) = checked_catalog(file.as_deref())?;
         if !offline {
-            return Err("checking the catalog's SQL against its source is not built yet; --offline checks everything else".into());
+            // The source is the job store's own database unless EXPORTD_SOURCE_URL names another.
+            let url = std::env::var("EXPORTD_SOURCE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| cli.global.database_url.clone());
+            let source = db::connect(&url).await.map_err(|e| format!("source unreachable: {e}"))?;
+            let errors = exportd::catalog::source::check(&source, &name, &catalog).await;
+            if !errors.is_empty() {
+                return Err(reported(&name, &errors));
+            }
         }
         println!("{} report{} and {} dataset{}: no errors", catalog.reports.len(), if catalog.reports.len() == 1 { "" } else { "s" }, catalog.datasets.len(), if catalog.datasets.len() == 1 { "" } else { "s" });
         return Ok(());

@@ -2,8 +2,11 @@
 //! error with its file, line and column and exits 1, and `serve` and `worker` refuse to start on
 //! a catalog with an error.
 
+mod support;
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use support::TestApp;
 
 const EXE: &str = env!("CARGO_BIN_EXE_exportd");
 
@@ -78,3 +81,72 @@ fn serve_and_worker_refuse_to_start_on_a_catalog_with_an_error() {
         assert!(!folder.path().join("data/exportd.db").exists(), "{args:?} opened the database before checking its catalog");
     }
 }
+
+
+/// A catalog whose TOML is right but whose SQL the source refuses: a column that does not exist,
+/// a key with no unique index, a table that does not exist, a dataset's stored column that does
+/// not exist and a dataset key with no unique index.
+const WRONG_FOR_THE_SOURCE: &str = r#"[[report]]
+name = "orders_by_customer"
+from = "orders o"
+tenant = "o.tenant_id"
+key = "o.customer_id"
+time = { sql = "o.placed_at", unit = "ms" }
+columns = [
+  { name = "id", sql = "o.id", type = "integer" },
+  { name = "nope", sql = "o.no_such_column", type = "text" },
+]
+
+[[report]]
+name = "ghosts"
+from = "no_such_table g"
+tenant = "g.org"
+key = "g.id"
+time = { sql = "g.at" }
+columns = [{ name = "id", sql = "g.id", type = "integer" }]
+
+[[dataset]]
+name = "notes"
+table = "orders"
+tenant = "tenant_id"
+key = [{ name = "notes", column = "notes" }]
+columns = [{ name = "notes", column = "notes", type = "text" }, { name = "x", column = "no_such", type = "text" }]
+"#;
+
+async fn check_against(app: &TestApp, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut command = tokio::process::Command::new(EXE);
+    command.args(args).env("DATABASE_URL", app.database_url()).env("EXPORTD_LOG", "warn").env_remove("EXPORTD_SOURCE_URL").env_remove("EXPORTD_CATALOG");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), command.output()).await.expect("within a minute").expect("exportd runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+on_both_backends!(catalog_check_runs_each_sql_with_limit_0_on_the_source_and_finds_each_keys_unique_index, |backend| {
+    let app = TestApp::spawn(backend).await;
+    let (code, stderr) = check_against(&app, &["catalog", "check"], &[]).await;
+    assert_eq!(code, 0, "the built-in catalog fits the demo's tables: {stderr}");
+
+    let folder = tempfile::tempdir().expect("a folder");
+    let file = folder.path().join("wrong.toml");
+    std::fs::write(&file, WRONG_FOR_THE_SOURCE).expect("written");
+    let path = file.to_string_lossy().into_owned();
+    let (code, stderr) = check_against(&app, &["catalog", "check", &path], &[]).await;
+    assert_eq!(code, 1, "{stderr}");
+    let expected = [
+        (format!("{path}:9:26: "), "column \"nope\" fails on the source"),
+        (format!("{path}:5:7: "), "no unique index on orders.customer_id"),
+        (format!("{path}:14:8: "), "`from` fails on the source"),
+        (format!("{path}:25:88: "), "column \"no_such\" fails on the source"),
+        (format!("{path}:24:35: "), "no unique index on orders(notes)"),
+    ];
+    for (place, message) in &expected {
+        assert!(stderr.lines().any(|l| l.starts_with(place.as_str()) && l.contains(message)), "expected {place}{message} in {stderr}");
+    }
+    assert!(stderr.contains("5 errors in the catalog"), "{stderr}");
+    assert_eq!(check_against(&app, &["catalog", "check", &path, "--offline"], &[]).await.0, 0, "offline, the SQL is not run");
+
+    let (code, stderr) = check_against(&app, &["catalog", "check"], &[("EXPORTD_SOURCE_URL", "postgres://postgres@127.0.0.1:1/nowhere")]).await;
+    assert!(code == 1 && stderr.contains("source unreachable"), "{code} {stderr}");
+});

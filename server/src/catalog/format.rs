@@ -5,7 +5,7 @@
 //! first one ends the reading. Everything after (names, types, roles, keys, references) is
 //! checked in full, so one run lists every such error.
 
-use super::{Catalog, Column, ColumnType, Compare, Dataset, DatasetColumn, Filter, FilterTest, FilterValue, KeyPart, Reference, Report, Roles, TextFormat, TimeUnit, Title};
+use super::{Catalog, Column, Place, ReportPlaces, ColumnType, Compare, Dataset, DatasetColumn, Filter, FilterTest, FilterValue, KeyPart, Reference, Report, Roles, TextFormat, TimeUnit, Title};
 use serde::Deserialize;
 use std::collections::HashSet;
 use std::ops::Range;
@@ -192,12 +192,18 @@ struct Check<'a> {
 }
 
 impl Check<'_> {
-    /// Records `message` at the start of `span`.
-    fn at(&mut self, span: Range<usize>, message: impl Into<String>) {
+    /// The line and column where `span` starts.
+    fn place(&self, span: Range<usize>) -> Place {
         let start = span.start.min(self.text.len());
         let before = self.text.get(..start).unwrap_or_default();
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().unwrap_or_default().chars().count() + 1;
+        Place { line, column }
+    }
+
+    /// Records `message` at the start of `span`.
+    fn at(&mut self, span: Range<usize>, message: impl Into<String>) {
+        let Place { line, column } = self.place(span);
         self.errors.push(CatalogError { file: self.file.to_owned(), line, column, message: message.into() });
     }
 
@@ -306,6 +312,12 @@ impl Check<'_> {
                 String::new()
             }
         };
+        let places = ReportPlaces {
+            from: self.place(r.from.span()),
+            tenant: r.tenant.as_ref().map_or_else(|| self.place(at.clone()), |t| self.place(t.span())),
+            key: self.place(r.key.span()),
+            time: self.place(r.time.get_ref().sql.span()),
+        };
         let time = r.time.into_inner();
         self.not_empty(&time.sql, &format!("{what}: `time.sql`"));
         let time_unit = self.unit(time.unit.as_ref());
@@ -335,7 +347,8 @@ impl Check<'_> {
             self.name(&c.name, "column");
             self.not_empty(&c.sql, &format!("column {:?}: `sql`", c.name.get_ref()));
             let ty = self.column_type(&c.ty, c.scale.as_ref(), c.currency.as_ref(), c.unit.as_ref())?;
-            Some(Column { name: c.name.into_inner(), sql: c.sql.into_inner(), ty, pii: c.pii.unwrap_or(false), title: title(c.title) })
+            let at = self.place(c.sql.span());
+            Some(Column { name: c.name.into_inner(), sql: c.sql.into_inner(), ty, pii: c.pii.unwrap_or(false), title: title(c.title), at })
         }).collect();
         self.unique(r.filters.iter().map(|f| &f.get_ref().name), &format!("{what}: filter"));
         let filters: Vec<Filter> = r.filters.into_iter().filter_map(|f| self.filter(f.into_inner())).collect();
@@ -350,6 +363,7 @@ impl Check<'_> {
             roles,
             columns,
             filters,
+            at: places,
         })
     }
 
@@ -411,7 +425,8 @@ impl Check<'_> {
         if let (Some(currency), false) = (&f.currency, matches!(test, FilterTest::Equals { of: FilterValue::Money { .. } } | FilterTest::AtLeast { of: FilterValue::Money { .. } } | FilterTest::AtMost { of: FilterValue::Money { .. } })) {
             self.at(currency.span(), format!("{what}: `currency` applies only to `of = \"money\"`"));
         }
-        Some(Filter { name: f.name.into_inner(), sql: f.sql.into_inner(), test })
+        let at = self.place(f.sql.span());
+        Some(Filter { name: f.name.into_inner(), sql: f.sql.into_inner(), test, at })
     }
 
     fn datasets(&mut self, raw: Vec<Spanned<RawDataset>>) -> Vec<Dataset> {
@@ -465,7 +480,8 @@ impl Check<'_> {
                     Compare::Exact
                 }
             };
-            KeyPart { name: k.name.into_inner(), column: k.column.into_inner(), compare }
+            let at = self.place(k.column.span());
+            KeyPart { name: k.name.into_inner(), column: k.column.into_inner(), compare, at }
         }).collect();
         if d.columns.get_ref().is_empty() {
             self.at(d.columns.span(), format!("{what} has no columns"));
@@ -479,7 +495,9 @@ impl Check<'_> {
         if let Some(after) = &d.after_batch {
             self.not_empty(after, &format!("{what}: `after_batch`"));
         }
+        let table_at = self.place(d.table.span());
         Some(Dataset {
+            at: table_at,
             name: d.name.into_inner(),
             title: title(d.title),
             table: d.table.into_inner(),
@@ -550,7 +568,9 @@ impl Check<'_> {
             self.not_empty(&r.store, &format!("{what}: `references.store`"));
             Reference { dataset: r.dataset.into_inner(), key: r.key.into_inner(), store: r.store.into_inner() }
         });
+        let at = self.place(c.column.span());
         Some(DatasetColumn {
+            at,
             name: c.name.into_inner(),
             column: c.column.into_inner(),
             ty,

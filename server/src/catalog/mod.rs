@@ -7,6 +7,7 @@
 //! `catalog/demo.toml` is the built-in catalog ([`DEMO`]): the demo's `orders` and `customers`.
 
 pub mod format;
+pub mod source;
 
 pub use format::{parse, CatalogError};
 
@@ -27,6 +28,15 @@ pub struct Catalog {
     pub datasets: Vec<Dataset>,
     /// The query that gives a signed-in subject's role in a tenant (contract §13), if any.
     pub authority_sql: Option<String>,
+}
+
+/// Where a value is in the catalog's file, for the errors the source finds in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Place {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
 }
 
 /// A name and its translations, for the page.
@@ -100,6 +110,9 @@ pub struct Column {
     /// Its title on the page.
     #[serde(skip)]
     pub title: Title,
+    /// Where its SQL is in the file.
+    #[serde(skip)]
+    pub at: Place,
 }
 
 /// What values a filter takes and how it selects rows.
@@ -164,6 +177,9 @@ pub struct Filter {
     /// Its values and test.
     #[serde(flatten)]
     pub test: FilterTest,
+    /// Where its SQL is in the file.
+    #[serde(skip)]
+    pub at: Place,
 }
 
 /// The roles that may export a report.
@@ -199,6 +215,22 @@ pub struct Report {
     pub columns: Vec<Column>,
     /// The filters.
     pub filters: Vec<Filter>,
+    /// Where its `from`, `tenant`, `key` and `time.sql` are in the file.
+    #[serde(skip)]
+    pub at: ReportPlaces,
+}
+
+/// Where a report's SQL is in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReportPlaces {
+    /// `from`.
+    pub from: Place,
+    /// `tenant` (the report itself when it has none).
+    pub tenant: Place,
+    /// `key`.
+    pub key: Place,
+    /// `time.sql`.
+    pub time: Place,
 }
 
 impl Report {
@@ -233,6 +265,9 @@ pub struct KeyPart {
     pub column: String,
     /// How it is compared.
     pub compare: Compare,
+    /// Where its `column` is in the file.
+    #[serde(skip)]
+    pub at: Place,
 }
 
 /// A named check of a text cell, beyond its length and pattern.
@@ -281,6 +316,9 @@ pub struct DatasetColumn {
     pub format: Option<TextFormat>,
     /// The key of another dataset it names.
     pub references: Option<Reference>,
+    /// Where its `column` is in the file.
+    #[serde(skip)]
+    pub at: Place,
 }
 
 /// A dataset an import writes.
@@ -303,6 +341,9 @@ pub struct Dataset {
     pub ignore: Vec<String>,
     /// SQL run in each batch's transaction after its writes.
     pub after_batch: Option<String>,
+    /// Where its `table` is in the file.
+    #[serde(skip)]
+    pub at: Place,
 }
 
 impl Dataset {
