@@ -6,7 +6,8 @@
 use crate::auth::{hash_password, Role};
 use crate::entities::{api_tokens, sessions, tenants, users};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use crate::job_store::begin_write;
+use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, Set};
 
 /// Why an administration command did nothing.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +47,8 @@ pub async fn add_tenant(db: &DatabaseConnection, slug: &str, deployment: &str, s
     if source_id.trim().is_empty() {
         return Err(refused("a source id may not be empty"));
     }
-    let txn = db.begin().await?;
+    // On SQLite the write lock is taken at once, so the look-before-insert cannot be overtaken.
+    let txn = begin_write(db).await?;
     if tenants::Entity::find().filter(tenants::Column::Slug.eq(slug)).one(&txn).await?.is_some() {
         return Err(refused(format!("a tenant {slug:?} exists; nothing changed")));
     }
@@ -87,7 +89,7 @@ pub async fn add_user(db: &DatabaseConnection, email: &str, tenant_slug: &str, r
         Some(p) => hash_password(p).map_err(|e| refused(format!("hashing the password: {e}")))?,
         None => NO_PASSWORD.to_owned(),
     };
-    let txn = db.begin().await?;
+    let txn = begin_write(db).await?;
     let tenant = tenants::Entity::find().filter(tenants::Column::Slug.eq(tenant_slug)).one(&txn).await?.ok_or_else(|| refused(format!("no tenant {tenant_slug:?}")))?;
     if users::Entity::find().filter(users::Column::Email.eq(&email)).one(&txn).await?.is_some() {
         return Err(refused(format!("a user {email:?} exists; nothing changed")));
@@ -107,8 +109,8 @@ pub async fn add_user(db: &DatabaseConnection, email: &str, tenant_slug: &str, r
     Ok(user)
 }
 
-/// The user of this email.
-async fn user_by_email<C: ConnectionTrait>(db: &C, email: &str) -> Result<users::Model, AdminError> {
+/// The user of this email (compared trimmed and lower-cased, as stored).
+pub async fn user_by_email<C: ConnectionTrait>(db: &C, email: &str) -> Result<users::Model, AdminError> {
     let email = email.trim().to_lowercase();
     users::Entity::find().filter(users::Column::Email.eq(&email)).one(db).await?.ok_or_else(|| refused(format!("no user {email:?}")))
 }
@@ -116,7 +118,7 @@ async fn user_by_email<C: ConnectionTrait>(db: &C, email: &str) -> Result<users:
 /// Deactivates the user of `email`: in one transaction they lose their sessions and tokens, and
 /// every later check of their authority (a page, a link, a worker's fence) finds them inactive.
 pub async fn deactivate_user(db: &DatabaseConnection, email: &str, now_ms: i64) -> Result<(), AdminError> {
-    let txn = db.begin().await?;
+    let txn = begin_write(db).await?;
     let user = user_by_email(&txn, email).await?;
     users::Entity::update_many().col_expr(users::Column::Active, Expr::value(false)).filter(users::Column::Id.eq(&user.id)).exec(&txn).await?;
     sessions::Entity::update_many()

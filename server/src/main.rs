@@ -10,7 +10,7 @@ use exportd::server::{app_router, AppState};
 use exportd::worker::{self, WorkerContext};
 use exportd::job_store::wakeup::Wakeup;
 use exportd::{auth, db, operations, seed};
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{ActiveModelTrait, Set};
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -148,12 +148,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::User { command: UserCommand::SetRole { email, role } } => {
             let role = auth::Role::parse(&role).ok_or_else(|| format!("unknown role {role:?}: use admin, analyst or viewer"))?;
             let db = connect().await?;
-            let user = users::Entity::find()
-                .filter(users::Column::Email.eq(email.trim().to_lowercase()))
-                .one(&db)
-                .await
-                .map_err(|e| format!("database: {e}"))?
-                .ok_or_else(|| format!("no user with email {email:?}"))?;
+            let user = exportd::admin::user_by_email(&db, &email).await.map_err(|e| e.to_string())?;
             let mut user: users::ActiveModel = user.into();
             user.role = Set(role.as_str().to_owned());
             user.update(&db).await.map_err(|e| format!("database: {e}"))?;
@@ -201,12 +196,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Token { command: TokenCommand::Create { email } } => {
             let db = connect().await?;
-            let user = users::Entity::find()
-                .filter(users::Column::Email.eq(email.trim().to_lowercase()))
-                .one(&db)
-                .await
-                .map_err(|e| format!("database: {e}"))?
-                .ok_or_else(|| format!("no user with email {email:?}"))?;
+            let user = exportd::admin::user_by_email(&db, &email).await.map_err(|e| e.to_string())?;
             let token = auth::create_token(&db, &user.id, now_ms()).await.map_err(|e| format!("database: {e}"))?;
             println!("{token}");
             Ok(())

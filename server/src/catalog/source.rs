@@ -63,10 +63,12 @@ pub async fn check(db: &DatabaseConnection, file: &str, catalog: &Catalog) -> Ve
 
 /// Runs `sql`; the first line of the database's message when it fails.
 async fn runs(db: &DatabaseConnection, sql: &str) -> Result<(), String> {
-    db.query_all_raw(Statement::from_string(db.get_database_backend(), sql.to_owned()))
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_owned())
+    db.query_all_raw(Statement::from_string(db.get_database_backend(), sql.to_owned())).await.map(|_| ()).map_err(first_line)
+}
+
+/// The first line of a database error's message.
+fn first_line(e: sea_orm::DbErr) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_owned()
 }
 
 /// The first table of a `FROM` clause and its alias (the table itself when it has none).
@@ -118,7 +120,7 @@ fn is_unique(sets: &[Vec<String>], key: &[&str], tenant: Option<&str>) -> bool {
 async fn unique_sets(db: &DatabaseConnection, table: &str) -> Result<Vec<Vec<String>>, String> {
     let backend = db.get_database_backend();
     let read = |sql: String, values: Vec<sea_orm::Value>| async move {
-        db.query_all_raw(Statement::from_sql_and_values(backend, sql, values)).await.map_err(|e| e.to_string().lines().next().unwrap_or_default().to_owned())
+        db.query_all_raw(Statement::from_sql_and_values(backend, sql, values)).await.map_err(first_line)
     };
     match backend {
         DbBackend::Postgres => {
