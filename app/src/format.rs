@@ -23,6 +23,7 @@ pub(crate) fn failure_reason(i18n: I18n, code: &str, message: &str) -> String {
         "storage_unavailable" => td_string!(i18n.get_locale(), failure_storage_unavailable).to_string(),
         "worker_lost" => td_string!(i18n.get_locale(), failure_worker_lost).to_string(),
         "no_worker" => td_string!(i18n.get_locale(), failure_no_worker).to_string(),
+        "catalog_mismatch" => td_string!(i18n.get_locale(), failure_catalog_mismatch).to_string(),
         "stalled" => td_string!(i18n.get_locale(), failure_stalled).to_string(),
         "invalid_data" => td_string!(i18n.get_locale(), failure_invalid_data).to_string(),
         "internal" => td_string!(i18n.get_locale(), failure_internal).to_string(),

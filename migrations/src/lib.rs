@@ -19,6 +19,7 @@ mod m20261205_000011_uploads;
 mod m20261205_000012_orders_by_customer;
 mod m20261205_000013_import_refusals;
 mod m20261206_000014_tenant_source_ids;
+mod m20261206_000015_schema_digests;
 
 /// A customer's key in its tenant (SPEC §10): the email trimmed and lower-cased, computed here
 /// and never by the database, whose `lower()` differs between backends. The migration that
@@ -48,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000012_orders_by_customer::Migration),
             Box::new(m20261205_000013_import_refusals::Migration),
             Box::new(m20261206_000014_tenant_source_ids::Migration),
+            Box::new(m20261206_000015_schema_digests::Migration),
         ]
     }
 }

@@ -68,6 +68,13 @@ pub struct Config {
     /// The folder the built page (`pkg/`) is served from (`LEPTOS_SITE_ROOT`); unset, the files
     /// inside the binary when it carries them, else `target/site` (see `site_assets`).
     pub site_root: Option<String>,
+    /// The catalog of reports and datasets (`EXPORTD_CATALOG`, else the built-in one).
+    pub catalog: std::sync::Arc<crate::catalog::Catalog>,
+    /// `EXPORTD_SOURCE_URL`: the database the catalog's SQL runs on; `None`: the job store's.
+    pub source_url: Option<String>,
+    /// `EXPORTD_SOURCE_READ_URL`: a read-only role on the source for exports; `None`: the
+    /// source's URL.
+    pub source_read_url: Option<String>,
 }
 
 /// The most jobs one worker process runs at once: each holds a database connection for its
@@ -157,6 +164,11 @@ impl Config {
             upload_ttl: Duration::from_secs(number("EXPORTD_UPLOAD_TTL_SECS", 86_400)?),
             import_batch_rows: number("EXPORTD_IMPORT_BATCH_ROWS", 1000)?.max(1),
             site_root: std::env::var("LEPTOS_SITE_ROOT").ok().filter(|v| !v.is_empty()),
+            // The catalog named by EXPORTD_CATALOG is read and checked by the command that needs
+            // it (`serve`, `worker`), which reports every error; until then, the built-in one.
+            catalog: crate::catalog::Catalog::builtin(),
+            source_url: std::env::var("EXPORTD_SOURCE_URL").ok().filter(|v| !v.is_empty()),
+            source_read_url: std::env::var("EXPORTD_SOURCE_READ_URL").ok().filter(|v| !v.is_empty()),
         })
     }
 
@@ -188,7 +200,16 @@ impl Config {
             upload_ttl: Duration::from_secs(86_400),
             import_batch_rows: 1000,
             site_root: None,
+            catalog: crate::catalog::Catalog::builtin(),
+            source_url: None,
+            source_read_url: None,
         }
+    }
+
+    /// Where exports read the catalog's rows: the read-only URL, else the source, else the job
+    /// store's own database.
+    pub fn export_source_url(&self) -> &str {
+        self.source_read_url.as_deref().or(self.source_url.as_deref()).unwrap_or(&self.database_url)
     }
 
     /// The store URL of one deployment: its own (`EXPORTD_STORE_<DEPLOYMENT>`), else the default.

@@ -35,6 +35,49 @@ pub fn instant(ms: i64) -> Option<String> {
     jiff::Timestamp::from_millisecond(ms).ok().map(|ts| ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
+/// A decimal number's text rounded (half away from zero, as PostgreSQL's `round`) to `scale`
+/// places: `"1.2345"` with 3 is `"1.235"`, `"-0.0004"` with 3 is `"0.000"`. `None` for text that
+/// is not a plain decimal (no exponent).
+pub fn decimal(text: &str, scale: u32) -> Option<String> {
+    let text = text.trim();
+    let (negative, body) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (whole, fraction) = body.split_once('.').unwrap_or((body, ""));
+    let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !digits_only(whole) || !digits_only(fraction) {
+        return None;
+    }
+    let scale = scale as usize;
+    let mut digits: Vec<u8> = if whole.is_empty() { vec![b'0'] } else { whole.bytes().collect() };
+    let kept: Vec<u8> = fraction.bytes().chain(std::iter::repeat(b'0')).take(scale).collect();
+    digits.extend_from_slice(&kept);
+    if fraction.as_bytes().get(scale).is_some_and(|d| *d >= b'5') {
+        let mut at = digits.len();
+        loop {
+            if at == 0 {
+                digits.insert(0, b'1');
+                break;
+            }
+            at -= 1;
+            if digits[at] == b'9' {
+                digits[at] = b'0';
+            } else {
+                digits[at] += 1;
+                break;
+            }
+        }
+    }
+    let point = digits.len() - scale;
+    let whole = std::str::from_utf8(&digits[..point]).ok()?.trim_start_matches('0');
+    let whole = if whole.is_empty() { "0" } else { whole };
+    let fraction = std::str::from_utf8(&digits[point..]).ok()?;
+    let zero = whole == "0" && fraction.bytes().all(|b| b == b'0');
+    let sign = if negative && !zero { "-" } else { "" };
+    Some(if scale == 0 { format!("{sign}{whole}") } else { format!("{sign}{whole}.{fraction}") })
+}
+
 /// Writes a CSV file's bytes a row at a time into a buffer the caller drains in chunks; one
 /// scratch buffer serves every cell, so no cell allocates.
 pub struct CsvEncoder {
@@ -116,6 +159,50 @@ impl CsvEncoder {
             }
         }
         Ok(self.writer.write_field(&self.scratch)?)
+    }
+
+    /// An empty cell (a NULL).
+    pub fn empty(&mut self) -> std::io::Result<()> {
+        Ok(self.writer.write_field(b"")?)
+    }
+
+    /// A number already in its written form (a decimal); never defused, so `-0.500` stays a
+    /// number.
+    pub fn number(&mut self, digits: &str) -> std::io::Result<()> {
+        Ok(self.writer.write_field(digits)?)
+    }
+
+    /// Money in minor units of a currency with `places` places: `-1250` with 2 is `-12.50`,
+    /// with 3 `-1.250`, with 0 `-1250`.
+    pub fn money_in(&mut self, minor: i64, places: u32) -> std::io::Result<()> {
+        if places == 2 {
+            return self.money(minor);
+        }
+        let mut digits = itoa::Buffer::new();
+        if places == 0 {
+            return Ok(self.writer.write_field(digits.format(minor))?);
+        }
+        self.scratch.clear();
+        if minor < 0 {
+            self.scratch.push(b'-');
+        }
+        let abs = minor.unsigned_abs();
+        let unit = 10u64.pow(places);
+        self.scratch.extend_from_slice(digits.format(abs / unit).as_bytes());
+        write!(self.scratch, ".{:0width$}", abs % unit, width = places as usize)?;
+        Ok(self.writer.write_field(&self.scratch)?)
+    }
+
+    /// A day, `YYYY-MM-DD`.
+    pub fn date(&mut self, day: jiff::civil::Date) -> std::io::Result<()> {
+        self.scratch.clear();
+        write!(self.scratch, "{}", day.strftime("%Y-%m-%d"))?;
+        Ok(self.writer.write_field(&self.scratch)?)
+    }
+
+    /// `true` or `false`.
+    pub fn boolean(&mut self, value: bool) -> std::io::Result<()> {
+        Ok(self.writer.write_field(if value { "true" } else { "false" })?)
     }
 
     /// Ends the current row.
@@ -203,6 +290,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_decimal_is_rounded_half_away_from_zero_to_its_scale() {
+        assert_eq!(decimal("1.2345", 3).as_deref(), Some("1.235"));
+        assert_eq!(decimal("-1.2345", 3).as_deref(), Some("-1.235"));
+        assert_eq!(decimal("9.9995", 3).as_deref(), Some("10.000"));
+        assert_eq!(decimal("-0.0004", 3).as_deref(), Some("0.000"));
+        assert_eq!(decimal("15", 2).as_deref(), Some("15.00"));
+        assert_eq!(decimal(".5", 0).as_deref(), Some("1"));
+        assert_eq!(decimal("007.10", 1).as_deref(), Some("7.1"));
+        for bad in ["", "-", ".", "1e3", "1.2.3", "abc", "1,5"] {
+            assert_eq!(decimal(bad, 2), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn money_is_written_with_its_currencys_places_and_other_types_as_the_contract_says() {
+        let mut csv = CsvEncoder::new(false, &["a", "b", "c", "d", "e", "f", "g"]).unwrap();
+        csv.money_in(-1250, 3).unwrap();
+        csv.money_in(1250, 0).unwrap();
+        csv.money_in(5, 3).unwrap();
+        csv.money_in(-5, 2).unwrap();
+        csv.date(jiff::civil::date(2026, 2, 28)).unwrap();
+        csv.boolean(false).unwrap();
+        csv.empty().unwrap();
+        csv.end_row().unwrap();
+        assert_eq!(String::from_utf8(csv.take().unwrap()).unwrap(), "a,b,c,d,e,f,g\r\n-1.250,1250,0.005,-0.05,2026-02-28,false,\r\n");
     }
 
     #[test]

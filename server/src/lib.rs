@@ -19,6 +19,7 @@ pub mod error;
 pub mod exports;
 pub mod faults;
 pub mod imports;
+pub mod iso_codes;
 pub mod job_store;
 pub mod links;
 pub mod metrics;

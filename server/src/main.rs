@@ -92,12 +92,8 @@ fn shutdown_on_signal() -> Result<CancellationToken, String> {
 /// every error as `FILE:LINE:COL: message`.
 fn checked_catalog(file: Option<&str>) -> Result<(String, exportd::catalog::Catalog), String> {
     let file = file.map(str::to_owned).or_else(|| std::env::var("EXPORTD_CATALOG").ok().filter(|f| !f.is_empty()));
-    let (name, read) = match &file {
-        Some(path) => (path.clone(), std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?),
-        None => (exportd::catalog::DEMO_NAME.to_owned(), exportd::catalog::DEMO.to_owned()),
-    };
-    let catalog = exportd::catalog::parse(&name, &read).map_err(|errors| reported(&name, &errors))?;
-    Ok((name, catalog))
+    let name = file.clone().unwrap_or_else(|| exportd::catalog::DEMO_NAME.to_owned());
+    exportd::catalog::Catalog::load(file.as_deref()).map_err(|errors| reported(&name, &errors))
 }
 
 /// Prints every error of the catalog `name` on stderr, and says how many there were.
@@ -123,11 +119,12 @@ async fn run(cli: Cli) -> Result<(), String> {
         println!("{} report{} and {} dataset{}: no errors", catalog.reports.len(), if catalog.reports.len() == 1 { "" } else { "s" }, catalog.datasets.len(), if catalog.datasets.len() == 1 { "" } else { "s" });
         return Ok(());
     }
+    let mut config = Config::from_args(&cli.global).map_err(|e| e.to_string())?;
     if let Command::Serve { .. } | Command::Worker { .. } = &cli.command {
         // A process refuses to start on a catalog with an error, before it takes any job.
-        checked_catalog(None)?;
+        config.catalog = Arc::new(checked_catalog(None)?.1);
     }
-    let config = Arc::new(Config::from_args(&cli.global).map_err(|e| e.to_string())?);
+    let config = Arc::new(config);
     // Long-running commands stop gracefully on SIGTERM, even one that arrives during start-up.
     let shutdown = match cli.command {
         Command::Serve { .. } | Command::Worker { .. } => shutdown_on_signal()?,

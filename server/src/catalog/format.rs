@@ -24,6 +24,13 @@ pub struct CatalogError {
     pub message: String,
 }
 
+impl CatalogError {
+    /// An error of the whole file (it cannot be read), placed at its start.
+    pub fn whole_file(file: &str, message: &str) -> CatalogError {
+        CatalogError { file: file.to_owned(), line: 1, column: 1, message: message.to_owned() }
+    }
+}
+
 impl std::fmt::Display for CatalogError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)

@@ -233,10 +233,37 @@ pub struct ReportPlaces {
     pub time: Place,
 }
 
+impl Roles {
+    /// Whether `role` is one of them.
+    pub fn allows(self, role: crate::auth::Role) -> bool {
+        match role {
+            crate::auth::Role::Admin => self.admin,
+            crate::auth::Role::Analyst => self.analyst,
+            crate::auth::Role::Viewer => false,
+        }
+    }
+}
+
 impl Report {
     /// The column of this name.
     pub fn column(&self, name: &str) -> Option<&Column> {
         self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// The filter of this name.
+    pub fn filter(&self, name: &str) -> Option<&Filter> {
+        self.filters.iter().find(|f| f.name == name)
+    }
+
+    /// Whether these columns include a PII column; `None` if one is not a column of the report.
+    pub fn needs_pii(&self, columns: &[String]) -> Option<bool> {
+        columns.iter().try_fold(false, |pii, name| self.column(name).map(|c| pii || c.pii))
+    }
+
+    /// Whether `role` may export these columns of the report: a role the report names, and one
+    /// that may read PII when a column is PII. `false` for a column the report does not have.
+    pub fn covers(&self, role: crate::auth::Role, columns: &[String]) -> bool {
+        self.roles.allows(role) && self.needs_pii(columns).is_some_and(|pii| role.may_export_contract(pii))
     }
 
     /// The schema version (contract §12): the SHA-256 of the RFC 8785 JSON of the definition,
@@ -362,6 +389,31 @@ impl Catalog {
     /// The built-in catalog.
     pub fn demo() -> Result<Catalog, Vec<CatalogError>> {
         parse(DEMO_NAME, DEMO)
+    }
+
+    /// The built-in catalog, for a configuration built in code (tests, defaults); a test holds
+    /// it free of errors, and a process started from the command line checks it before use.
+    pub fn builtin() -> std::sync::Arc<Catalog> {
+        static BUILTIN: std::sync::LazyLock<std::sync::Arc<Catalog>> =
+            std::sync::LazyLock::new(|| std::sync::Arc::new(Catalog::demo().unwrap_or(Catalog { reports: Vec::new(), datasets: Vec::new(), authority_sql: None })));
+        BUILTIN.clone()
+    }
+
+    /// Reads and checks the catalog file `path`, or the built-in one when `None`: its name (for
+    /// errors) and the catalog, or every error found.
+    pub fn load(path: Option<&str>) -> Result<(String, Catalog), Vec<CatalogError>> {
+        match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| vec![CatalogError::whole_file(path, &e.to_string())])?;
+                Ok((path.to_owned(), parse(path, &text)?))
+            }
+            None => Ok((DEMO_NAME.to_owned(), Catalog::demo()?)),
+        }
+    }
+
+    /// Every schema version this catalog holds: its reports' and datasets' digests.
+    pub fn digests(&self) -> Vec<String> {
+        self.reports.iter().map(Report::digest).chain(self.datasets.iter().map(Dataset::digest)).collect()
     }
 
     /// The report of this name.

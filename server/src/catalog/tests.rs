@@ -1,5 +1,4 @@
 use super::*;
-use crate::exports::reports::{self as registry, FilterKind};
 use crate::imports::datasets::{CellKind, Dataset as Registered};
 
 fn errors_of(text: &str) -> Vec<String> {
@@ -10,40 +9,34 @@ fn errors_of(text: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_demo_catalog_declares_the_registrys_reports_and_datasets_as_they_are() {
+fn the_demo_catalog_declares_the_contracts_reports_and_the_registrys_datasets_as_they_are() {
     let demo = Catalog::demo().map_err(|e| e.iter().map(ToString::to_string).collect::<Vec<_>>()).expect("the demo catalog reads");
-    assert_eq!(demo.reports.len(), registry::REPORTS.len());
-    for spec in registry::REPORTS {
-        let report = demo.report(spec.name).expect("every registered report is declared");
-        assert_eq!(report.tenant, spec.source.tenant_sql);
-        assert_eq!(report.key, spec.source.order_sql);
-        assert_eq!(report.time_sql, spec.time_sql());
-        assert_eq!(report.time_unit, TimeUnit::Ms);
-        let names: Vec<&str> = report.columns.iter().map(|c| c.name.as_str()).collect();
-        let registered: Vec<&str> = spec.columns.iter().map(|c| c.name).collect();
-        assert_eq!(names, registered, "{}", spec.name);
-        for (c, r) in report.columns.iter().zip(spec.columns) {
-            assert_eq!((c.sql.as_str(), c.pii), (r.sql, r.pii), "{}.{}", spec.name, r.name);
-            let ty = match r.ty {
-                registry::ColumnType::Text => ColumnType::Text,
-                registry::ColumnType::Integer => ColumnType::Integer,
-                registry::ColumnType::Money => ColumnType::Money { currency: None },
-                registry::ColumnType::Timestamp => ColumnType::Timestamp { unit: TimeUnit::Ms },
-            };
-            assert_eq!(c.ty, ty, "{}.{}", spec.name, r.name);
-        }
-        assert_eq!(report.filters.len(), spec.filters.len());
-        for (f, r) in report.filters.iter().zip(spec.filters) {
-            assert_eq!((f.name.as_str(), f.sql.as_str()), (r.name, r.sql));
-            let test = match (r.kind, r.test) {
-                (FilterKind::OneOf(values), _) => FilterTest::OneOf { values: values.iter().map(|v| v.to_string()).collect() },
-                (FilterKind::Countries, _) => FilterTest::Countries,
-                (FilterKind::Amount, registry::FilterTest::AtLeast) => FilterTest::AtLeast { of: FilterValue::Money { currency: None } },
-                (FilterKind::Amount, _) => FilterTest::AtMost { of: FilterValue::Money { currency: None } },
-            };
-            assert_eq!(f.test, test, "{}.{}", spec.name, r.name);
-        }
+    // The contract's reports (its section on creating an export): columns in order, PII marked.
+    let contract: [(&str, &str, &[&str], &[&str]); 2] = [
+        (
+            "orders",
+            "o.placed_at",
+            &["order_id", "placed_at", "customer_id", "customer_name", "customer_email", "customer_phone", "country", "status", "total", "currency", "notes", "order_ref"],
+            &["customer_email", "customer_phone"],
+        ),
+        ("customers", "c.created_at", &["customer_id", "created_at", "name", "email", "phone", "country", "lifetime_total"], &["email", "phone"]),
+    ];
+    assert_eq!(demo.reports.len(), contract.len());
+    for (name, time, columns, pii) in contract {
+        let report = demo.report(name).expect("every report of the contract is declared");
+        assert_eq!((report.time_sql.as_str(), report.time_unit), (time, TimeUnit::Ms), "{name}");
+        assert_eq!(report.columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), columns, "{name}");
+        assert_eq!(report.columns.iter().filter(|c| c.pii).map(|c| c.name.as_str()).collect::<Vec<_>>(), pii, "{name}");
+        assert_eq!(report.roles, Roles { admin: true, analyst: true });
     }
+    let orders = demo.report("orders").expect("orders");
+    let filters: Vec<(&str, &FilterTest)> = orders.filters.iter().map(|f| (f.name.as_str(), &f.test)).collect();
+    let statuses = FilterTest::OneOf { values: ["paid", "pending", "refunded", "cancelled"].map(String::from).to_vec() };
+    let money = FilterValue::Money { currency: None };
+    assert_eq!(
+        filters,
+        vec![("status", &statuses), ("country", &FilterTest::Countries), ("min_total", &FilterTest::AtLeast { of: money.clone() }), ("max_total", &FilterTest::AtMost { of: money })]
+    );
     assert_eq!(demo.datasets.len(), Registered::ALL.len());
     for registered in Registered::ALL {
         let dataset = demo.dataset(registered.as_str()).expect("every registered dataset is declared");

@@ -1,5 +1,8 @@
 //! `GET /api/openapi.json`: the OpenAPI 3.1 document, generated from the handlers' annotations.
 
+use crate::catalog::Catalog;
+use crate::state::AppState;
+use axum::extract::State;
 use axum::Json;
 use utoipa::OpenApi;
 
@@ -34,8 +37,35 @@ pub struct ApiDoc;
 
 /// The document.
 #[utoipa::path(get, path = "/api/openapi.json", tag = "meta", responses((status = 200, description = "This document")))]
-pub async fn openapi_json() -> Json<serde_json::Value> {
-    Json(document())
+pub async fn openapi_json(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let mut doc = document();
+    with_catalog(&mut doc, &state.config.catalog);
+    Json(doc)
+}
+
+/// Names the catalog's reports and datasets where a request names one (contract §12): the
+/// report's and the dataset's allowed names, and each report's columns and filters in its
+/// description.
+pub fn with_catalog(doc: &mut serde_json::Value, catalog: &Catalog) {
+    let names = |names: Vec<&str>| serde_json::Value::from(names.into_iter().map(str::to_owned).collect::<Vec<_>>());
+    if let Some(report) = doc.pointer_mut("/components/schemas/ExportRequest/properties/report").and_then(|r| r.as_object_mut()) {
+        let listed: Vec<String> = catalog
+            .reports
+            .iter()
+            .map(|r| {
+                let columns: Vec<String> = r.columns.iter().map(|c| if c.pii { format!("{} (PII)", c.name) } else { c.name.clone() }).collect();
+                let filters: Vec<&str> = r.filters.iter().map(|f| f.name.as_str()).collect();
+                format!("`{}`: columns {}; filters {}", r.name, columns.join(", "), if filters.is_empty() { "none".to_owned() } else { filters.join(", ") })
+            })
+            .collect();
+        report.insert("description".into(), format!("The report's name, from the catalog. {}.", listed.join(". ")).into());
+        report.remove("pattern");
+        report.insert("enum".into(), names(catalog.reports.iter().map(|r| r.name.as_str()).collect()));
+    }
+    if let Some(dataset) = doc.pointer_mut("/components/schemas/ImportRequest/properties/dataset").and_then(|d| d.as_object_mut()) {
+        dataset.insert("description".into(), "The dataset's name, from the catalog.".into());
+        dataset.insert("enum".into(), names(catalog.datasets.iter().map(|d| d.name.as_str()).collect()));
+    }
 }
 
 /// The document as served: utoipa 5.5's link objects name their fields in snake case

@@ -57,6 +57,10 @@ pub struct Model {
     pub bundle_digest: Option<String>,
     /// The upload the job reads (an import's file); an upload named by an unfinished job is kept.
     pub upload_id: Option<String>,
+    /// The schema version of its report or dataset when it was accepted (contract §12); a
+    /// worker claims it only if its catalog holds this digest. `None` for jobs accepted before
+    /// digests were kept: any worker claims them.
+    pub schema_digest: Option<String>,
 }
 
 /// No relations are navigated through the ORM; queries join explicitly.

@@ -23,3 +23,10 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+/// The source id of the tenant `tenant_id` (what a catalog report's `tenant` expression is
+/// compared with); an unknown tenant is an error.
+pub async fn source_id_of<C: ConnectionTrait>(db: &C, tenant_id: &str) -> Result<String, DbErr> {
+    let tenant = Entity::find_by_id(tenant_id.to_owned()).one(db).await?;
+    tenant.map(|t| t.source_id).ok_or_else(|| DbErr::RecordNotFound(format!("tenant {tenant_id}")))
+}

@@ -1,8 +1,7 @@
-//! Export operations: the report registry, validation, resolution, a checkpointed export's
+//! Export operations: validation against the catalog, resolution, a checkpointed export's
 //! parts, the view, and the service that every adapter (REST, page) calls.
 
 pub mod parts;
-pub mod reports;
 pub mod resolve;
 pub mod service;
 pub mod validate;

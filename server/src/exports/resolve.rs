@@ -1,8 +1,8 @@
 //! Resolution at acceptance (SPEC §3.1): local days in the request's IANA timezone become a UTC
 //! half-open interval; columns pass the role's policy; the deployment comes from the tenant.
 
-use super::reports::ReportSpec;
 use crate::auth::Role;
+use crate::catalog::Report;
 use crate::error::{AppError, FieldError};
 use app::{ExportRequest, Preset, ResolvedContract, TimeRange};
 use jiff::civil::Date;
@@ -57,21 +57,21 @@ pub fn resolve_interval(req: &ExportRequest, now: Timestamp) -> Result<Interval,
 }
 
 /// The columns of the file: those asked for, or every column the role may read.
-pub fn resolve_columns(report: &ReportSpec, req: &ExportRequest, role: Role) -> Vec<String> {
+pub fn resolve_columns(report: &Report, req: &ExportRequest, role: Role) -> Vec<String> {
     match &req.columns {
         Some(cols) => cols.clone(),
         None => report
             .columns
             .iter()
             .filter(|c| role.may_read_pii() || !c.pii)
-            .map(|c| c.name.to_owned())
+            .map(|c| c.name.clone())
             .collect(),
     }
 }
 
 /// The whole resolved contract of a request.
 pub fn resolve(
-    report: &ReportSpec,
+    report: &Report,
     req: &ExportRequest,
     role: Role,
     deployment: &str,

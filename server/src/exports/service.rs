@@ -7,7 +7,6 @@ use crate::service::context::ServiceContext;
 use crate::service::key::IdempotencyKey;
 use crate::service::owned::{cancel_own, counted, list_page, owner};
 use crate::service::requests::typed_request;
-use super::reports::find_report;
 use super::resolve::resolve;
 use super::validate::{control_characters, validate};
 use super::view::{request_of, resolved_of, status_of, to_view};
@@ -33,9 +32,9 @@ pub type CancelOutcome = crate::service::owned::CancelOutcome<ExportView>;
 
 /// Whether `role` may export every column of `resolved` (SPEC §2's "authorised", less activity,
 /// which the caller's lookup already established).
-pub fn role_covers(role: Role, report: &str, resolved: &ResolvedContract) -> bool {
-    let needs_pii = find_report(report).and_then(|spec| spec.needs_pii(&resolved.columns));
-    needs_pii.is_some_and(|pii| role.may_export_contract(pii))
+/// A report this process's catalog no longer has covers no one.
+pub fn role_covers(catalog: &crate::catalog::Catalog, role: Role, report: &str, resolved: &ResolvedContract) -> bool {
+    catalog.report(report).is_some_and(|r| r.covers(role, &resolved.columns))
 }
 
 
@@ -107,10 +106,10 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
     }
     let request = typed?;
     let fp = fp.ok_or_else(|| AppError::Internal("fingerprint missing for a valid request".into()))?;
-    let report = validate(&request, actor.role)?.report;
+    let report = validate(&state.config.catalog, &request, actor.role)?.report;
     let now = state.clock.now();
     let (resolved, _) = resolve(report, &request, actor.role, &actor.deployment, now)?;
-    insert_new(state, actor, key, &fp, &request, &resolved).await
+    insert_new(state, actor, key, &fp, &request, &resolved, report.digest()).await
 }
 
 async fn insert_new(
@@ -120,6 +119,7 @@ async fn insert_new(
     fp: &str,
     request: &ExportRequest,
     resolved: &ResolvedContract,
+    schema_digest: String,
 ) -> Result<CreateOutcome, AppError> {
     let job = NewJob {
         kind: JobKind::Export,
@@ -130,6 +130,7 @@ async fn insert_new(
         resolved: serde_json::to_string(resolved).map_err(|e| AppError::Internal(e.to_string()))?,
         deployment: resolved.deployment.as_str(),
         upload_id: None,
+        schema_digest,
     };
     match intake::create(&state.db, owner(actor), job, state.config.max_active_per_actor).await? {
         Intake::Created(row) => {
@@ -194,7 +195,7 @@ pub async fn parts_of(state: &ServiceContext, m: &jobs::Model) -> Result<Option<
 /// re-checks authority when it is used.
 async fn mint_download(state: &ServiceContext, actor: &Actor, m: &jobs::Model, served: Served) -> Result<Option<DownloadView>, AppError> {
     let (Some(sha), Some(artifact), Ok(ExportStatus::Ready)) = (&m.artifact_sha256, &m.artifact_key, status_of(m)) else { return Ok(None) };
-    if m.artifact_expired || !role_covers(actor.role, &m.report, &resolved_of(m)?) {
+    if m.artifact_expired || !role_covers(&state.config.catalog, actor.role, &m.report, &resolved_of(m)?) {
         return Ok(None);
     }
     let key = match served {
@@ -251,7 +252,7 @@ pub async fn download_link(state: &ServiceContext, actor: &Actor, id: &str, serv
     if m.artifact_expired {
         return Err(AppError::ArtifactExpired);
     }
-    if !role_covers(actor.role, &m.report, &resolved_of(&m)?) {
+    if !role_covers(&state.config.catalog, actor.role, &m.report, &resolved_of(&m)?) {
         return Err(AppError::PermissionRevoked);
     }
     let link = mint_download(state, actor, &m, served).await?.ok_or(match served {
@@ -284,7 +285,7 @@ pub async fn open_link(state: &ServiceContext, grant: &crate::links::LinkGrant) 
     }
     let actor = crate::auth::load_active_actor(&state.db, &grant.actor_id, crate::auth::AuthVia::Token).await?;
     let resolved = resolved_of(&m)?;
-    let allowed = actor.as_ref().is_some_and(|a| a.tenant_id == m.tenant_id && role_covers(a.role, &m.report, &resolved));
+    let allowed = actor.as_ref().is_some_and(|a| a.tenant_id == m.tenant_id && role_covers(&state.config.catalog, a.role, &m.report, &resolved));
     if !allowed {
         return Err(AppError::PermissionRevoked);
     }

@@ -1,7 +1,8 @@
 //! Validation of a new request (SPEC §3.1), run only when its key is not yet bound.
 
-use super::reports::{find_report, is_country, FilterKind, FilterSpec, FilterTest, ReportSpec};
 use crate::auth::Role;
+use crate::catalog::{Catalog, Filter, FilterTest, FilterValue, Report};
+use crate::iso_codes::is_country;
 use crate::error::{AppError, FieldError};
 use app::{ExportRequest, TimeRange};
 use serde_json::Value;
@@ -30,16 +31,17 @@ pub fn control_characters(value: &Value, pointer: &str, out: &mut Vec<FieldError
 }
 
 /// A valid request's report.
-pub struct Validated {
+pub struct Validated<'c> {
     /// The report asked for.
-    pub report: &'static ReportSpec,
+    pub report: &'c Report,
 }
 
-/// Checks a request against the registry and the role. Field problems → 422 `invalid-request`
-/// listing every one; PII columns asked for by a role that may not read them → 403.
-pub fn validate(req: &ExportRequest, role: Role) -> Result<Validated, AppError> {
+/// Checks a request against the catalog and the role. Field problems → 422 `invalid-request`
+/// listing every one; a report whose `roles` leave the role out, or PII columns asked for by a
+/// role that may not read them → 403.
+pub fn validate<'c>(catalog: &'c Catalog, req: &ExportRequest, role: Role) -> Result<Validated<'c>, AppError> {
     let mut errors = Vec::new();
-    let report = find_report(&req.report);
+    let report = catalog.report(&req.report);
     if report.is_none() {
         errors.push(FieldError::new("/report", format!("unknown report {:?}", req.report)));
     }
@@ -77,6 +79,9 @@ pub fn validate(req: &ExportRequest, role: Role) -> Result<Validated, AppError> 
         return Err(AppError::InvalidRequest(errors));
     }
     let report = report.ok_or_else(|| AppError::Internal("report vanished after validation".into()))?;
+    if !report.roles.allows(role) {
+        return Err(AppError::ExportNotPermitted(format!("your role may not export {}", report.name)));
+    }
     if let Some(cols) = &req.columns {
         if !role.may_read_pii() && cols.iter().any(|c| report.column(c).is_some_and(|c| c.pii)) {
             return Err(AppError::ExportNotPermitted("your role may not export personal data columns".into()));
@@ -96,27 +101,27 @@ fn parse_date(s: &str, pointer: &str, errors: &mut Vec<FieldError>) -> Option<ji
     }
 }
 
-fn check_filters(report: &ReportSpec, req: &ExportRequest, errors: &mut Vec<FieldError>) {
+fn check_filters(report: &Report, req: &ExportRequest, errors: &mut Vec<FieldError>) {
     for (name, value) in &req.filters {
         let pointer = format!("/filters/{}", name.replace('~', "~0").replace('/', "~1"));
-        let Some(spec) = report.filter(name) else {
+        let Some(filter) = report.filter(name) else {
             errors.push(FieldError::new(pointer, format!("unknown filter for {}", report.name)));
             continue;
         };
-        match spec.kind {
-            FilterKind::OneOf(allowed) => check_set(value, &pointer, errors, |s| allowed.contains(&s)),
-            FilterKind::Countries => check_set(value, &pointer, errors, is_country),
-            FilterKind::Amount => {
-                if !value.as_f64().is_some_and(f64::is_finite) {
-                    errors.push(FieldError::new(pointer, "expected a number"));
+        match &filter.test {
+            FilterTest::OneOf { values } => check_set(value, &pointer, errors, |s| values.iter().any(|v| v == s)),
+            FilterTest::Countries => check_set(value, &pointer, errors, is_country),
+            FilterTest::Equals { of } | FilterTest::AtLeast { of } | FilterTest::AtMost { of } => {
+                if let Err(expected) = check_value(of, value) {
+                    errors.push(FieldError::new(pointer, expected));
                 }
             }
         }
     }
     // A lower and an upper bound on the same column must not exclude everything.
-    for low in report.filters.iter().filter(|f| f.test == FilterTest::AtLeast) {
-        for high in report.filters.iter().filter(|f| f.test == FilterTest::AtMost && f.sql == low.sql) {
-            let bound = |f: &FilterSpec| req.filters.get(f.name).and_then(Value::as_f64);
+    let bound = |f: &Filter| req.filters.get(&f.name).and_then(Value::as_f64);
+    for low in report.filters.iter().filter(|f| matches!(f.test, FilterTest::AtLeast { .. })) {
+        for high in report.filters.iter().filter(|f| matches!(f.test, FilterTest::AtMost { .. }) && f.sql == low.sql) {
             if let (Some(min), Some(max)) = (bound(low), bound(high)) {
                 if min > max {
                     errors.push(FieldError::new(format!("/filters/{}", low.name), format!("{} is above {}", low.name, high.name)));
@@ -124,6 +129,27 @@ fn check_filters(report: &ReportSpec, req: &ExportRequest, errors: &mut Vec<Fiel
             }
         }
     }
+}
+
+/// Whether `value` is one value of the type `of`; else what was expected.
+fn check_value(of: &FilterValue, value: &Value) -> Result<(), &'static str> {
+    let fits = match of {
+        FilterValue::Text => value.is_string(),
+        FilterValue::Integer => value.as_i64().is_some(),
+        FilterValue::Decimal | FilterValue::Money { .. } => value.as_f64().is_some_and(f64::is_finite),
+        FilterValue::Date => value.as_str().is_some_and(|s| s.len() == 10 && s.parse::<jiff::civil::Date>().is_ok()),
+        FilterValue::Boolean => value.is_boolean(),
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(match of {
+        FilterValue::Text => "expected a string",
+        FilterValue::Integer => "expected a whole number",
+        FilterValue::Decimal | FilterValue::Money { .. } => "expected a number",
+        FilterValue::Date => "expected a date YYYY-MM-DD",
+        FilterValue::Boolean => "expected true or false",
+    })
 }
 
 fn check_set(value: &Value, pointer: &str, errors: &mut Vec<FieldError>, ok: impl Fn(&str) -> bool) {

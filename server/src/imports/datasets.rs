@@ -5,7 +5,7 @@
 //! by the import job; everything here is a pure function of the file.
 
 use crate::service::ids::could_be_email;
-use crate::exports::reports::{is_country, ORDER_STATUSES};
+use crate::iso_codes::is_country;
 use crate::csv_cells::undefuse;
 
 /// A dataset an import writes.
@@ -50,6 +50,9 @@ pub struct ColumnRule {
 const fn rule(name: &'static str, kind: CellKind) -> ColumnRule {
     ColumnRule { name, kind }
 }
+
+/// The order statuses.
+pub const ORDER_STATUSES: &[&str] = &["paid", "pending", "refunded", "cancelled"];
 
 /// The longest text cell, but `notes`.
 pub const TEXT_MAX: usize = 1_000;

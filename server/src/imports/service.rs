@@ -38,12 +38,14 @@ fn fingerprint_of(request: &ImportRequest, sha256: &str) -> Result<String, AppEr
     Ok(fingerprint(&value))
 }
 
-/// The rules of a request's fields beyond their shape.
-fn check(request: &ImportRequest) -> Result<Dataset, AppError> {
+/// The rules of a request's fields beyond their shape: the dataset, and its schema version.
+fn check(catalog: &crate::catalog::Catalog, request: &ImportRequest) -> Result<(Dataset, String), AppError> {
     let mut errors = Vec::new();
-    let dataset = Dataset::parse(&request.dataset);
+    let declared = catalog.dataset(&request.dataset);
+    let dataset = declared.and_then(|d| Dataset::parse(&d.name)).zip(declared.map(crate::catalog::Dataset::digest));
     if dataset.is_none() {
-        errors.push(FieldError::new("/dataset", "customers or orders"));
+        let names: Vec<&str> = catalog.datasets.iter().map(|d| d.name.as_str()).filter(|name| Dataset::parse(name).is_some()).collect();
+        errors.push(FieldError::new("/dataset", format!("one of {}", names.join(", "))));
     }
     if request.max_errors.is_some() && request.on_error != OnError::SkipInvalid {
         errors.push(FieldError::new("/max_errors", "only with on_error skip_invalid"));
@@ -82,7 +84,7 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
         return Err(AppError::CreationPaused { retry_after_secs: crate::operations::DRAIN_RETRY_AFTER_SECS });
     }
     let request = typed?;
-    let dataset = check(&request)?;
+    let (dataset, schema_digest) = check(&state.config.catalog, &request)?;
     let upload = find_own_and_touch(&state.db, actor, &request.upload)
         .await?
         .ok_or(AppError::UploadNotFound)?;
@@ -97,6 +99,7 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
         resolved: serde_json::to_string(&resolved).map_err(|e| AppError::Internal(e.to_string()))?,
         deployment: &upload.deployment,
         upload_id: Some(&upload.id),
+        schema_digest,
     };
     match intake::create(&state.db, owner(actor), job, state.config.max_active_per_actor).await? {
         Intake::Created(row) => {

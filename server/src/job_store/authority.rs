@@ -14,6 +14,8 @@ pub enum Authority {
     Export {
         /// Whether they do.
         needs_pii: bool,
+        /// The roles the report names.
+        roles: crate::catalog::Roles,
     },
     /// Import (SPEC §10).
     Import,
@@ -23,7 +25,7 @@ impl Authority {
     /// The names of the roles that may do it.
     pub fn roles(self) -> Vec<&'static str> {
         let allowed = |r: &Role| match self {
-            Authority::Export { needs_pii } => r.may_export_contract(needs_pii),
+            Authority::Export { needs_pii, roles } => roles.allows(*r) && r.may_export_contract(needs_pii),
             Authority::Import => r.may_import(),
         };
         Role::ALL.into_iter().filter(allowed).map(Role::as_str).collect()
@@ -51,8 +53,11 @@ mod tests {
 
     #[test]
     fn only_admins_may_export_pii_or_import_and_viewers_may_export_nothing() {
-        assert_eq!(Authority::Export { needs_pii: true }.roles(), vec!["admin"]);
-        assert_eq!(Authority::Export { needs_pii: false }.roles(), vec!["admin", "analyst"]);
+        let both = crate::catalog::Roles { admin: true, analyst: true };
+        assert_eq!(Authority::Export { needs_pii: true, roles: both }.roles(), vec!["admin"]);
+        assert_eq!(Authority::Export { needs_pii: false, roles: both }.roles(), vec!["admin", "analyst"]);
+        let admins = crate::catalog::Roles { admin: true, analyst: false };
+        assert_eq!(Authority::Export { needs_pii: false, roles: admins }.roles(), vec!["admin"], "a report's roles narrow the rule");
         assert_eq!(Authority::Import.roles(), vec!["admin"]);
     }
 }

@@ -29,6 +29,9 @@ pub struct Claimant<'a> {
     pub worker_id: &'a str,
     /// The deployments it serves; empty = all.
     pub deployments: &'a [String],
+    /// The schema versions its catalog holds (contract §12): it claims only jobs of these, or
+    /// jobs accepted before versions were kept.
+    pub digests: &'a [String],
     /// How long the lease lasts without a heartbeat.
     pub lease: Duration,
     /// The claimer's fault points (`claim_before_commit`).
@@ -36,7 +39,7 @@ pub struct Claimant<'a> {
 }
 
 /// `status IN ('queued', 'retry_wait') AND (status = 'queued' OR next_attempt_at <= now)`, on the
-/// deployments served. The `IN` comes first so the (tenant, status) index can find the rows:
+/// deployments served, of the schema versions held. The `IN` comes first so the (tenant, status) index can find the rows:
 /// with the database's clock (a volatile function) inside an `OR` alone, PostgreSQL scans the
 /// whole table.
 fn claimable(backend: DbBackend, who: &Claimant<'_>) -> Condition {
@@ -50,7 +53,7 @@ fn claimable(backend: DbBackend, who: &Claimant<'_>) -> Condition {
     if !who.deployments.is_empty() {
         c = c.add(jobs::Column::Deployment.is_in(who.deployments.iter().cloned()));
     }
-    c
+    c.add(Condition::any().add(jobs::Column::SchemaDigest.is_null()).add(jobs::Column::SchemaDigest.is_in(who.digests.iter().cloned())))
 }
 
 /// Claims the next job for `who`, or `None` when nothing is claimable now.

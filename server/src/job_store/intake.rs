@@ -38,6 +38,8 @@ pub struct NewJob<'a> {
     pub deployment: &'a str,
     /// The upload it reads, if any.
     pub upload_id: Option<&'a str>,
+    /// The schema version of its report or dataset in the accepting process's catalog.
+    pub schema_digest: String,
 }
 
 /// What [`create`] did.
@@ -97,12 +99,12 @@ pub async fn create(db: &DatabaseConnection, owner: Owner<'_>, job: NewJob<'_>, 
         .into_table(jobs::Entity)
         .columns([
             C::Id, C::TenantId, C::ActorId, C::Kind, C::IdempotencyKey, C::Fingerprint, C::Report, C::Request, C::Resolved, C::Deployment, C::Status,
-            C::Generation, C::Attempt, C::RowsWritten, C::ArtifactExpired, C::UploadId, C::CreatedAt, C::UpdatedAt,
+            C::Generation, C::Attempt, C::RowsWritten, C::ArtifactExpired, C::UploadId, C::SchemaDigest, C::CreatedAt, C::UpdatedAt,
         ])
         .values([
             Expr::val(id.as_str()), Expr::val(owner.tenant_id), Expr::val(owner.actor_id), Expr::val(job.kind.as_str()), Expr::val(job.key), Expr::val(job.fingerprint),
             Expr::val(job.report), Expr::val(job.request), Expr::val(job.resolved), Expr::val(job.deployment),
-            Expr::val(ExportStatus::Queued.as_str()), Expr::val(0), Expr::val(0), Expr::val(0i64), Expr::val(false), Expr::val(job.upload_id), now.clone(), now,
+            Expr::val(ExportStatus::Queued.as_str()), Expr::val(0), Expr::val(0), Expr::val(0i64), Expr::val(false), Expr::val(job.upload_id), Expr::val(job.schema_digest), now.clone(), now,
         ])
         .map_err(|e| DbErr::Custom(format!("building the insert: {e}")))?
         .on_conflict(OnConflict::columns([C::TenantId, C::ActorId, C::Kind, C::IdempotencyKey]).do_nothing().to_owned())

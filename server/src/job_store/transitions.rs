@@ -52,6 +52,14 @@ impl Failure {
         retryable: true,
         transient: false,
     };
+    /// No worker's catalog holds the operation's schema version (contract §12): its report or
+    /// dataset changed, and no worker of the version that accepted it is left.
+    pub const CATALOG_MISMATCH: Failure = Failure {
+        code: "catalog_mismatch",
+        message: "No worker runs the version of the report or dataset this operation was accepted with.",
+        retryable: true,
+        transient: false,
+    };
     /// The requesting user may no longer export this.
     pub const PERMISSION_REVOKED: Failure = Failure {
         code: "permission_revoked",
@@ -664,10 +672,15 @@ pub async fn overdue_unclaimed(db: &DatabaseConnection, now: i64, ttl: Duration,
         .await
 }
 
-/// `queued`/`retry_wait → failed` (`no_worker`) for a job claimable for longer than `ttl`.
-pub async fn fail_unclaimed(db: &DatabaseConnection, job: &jobs::Model, ttl: Duration, support_ref: &str, by: Mover<'_>) -> Result<Outcome, DbErr> {
+/// `queued`/`retry_wait → failed` for a job claimable for longer than `ttl`: `catalog_mismatch`
+/// when its schema version is not one of `digests` (those of the catalog of the process that
+/// moves it), else `no_worker`.
+pub async fn fail_unclaimed(db: &DatabaseConnection, job: &jobs::Model, ttl: Duration, digests: &[String], support_ref: &str, by: Mover<'_>) -> Result<Outcome, DbErr> {
     let backend = db.get_database_backend();
-    let failure = Failure::NO_WORKER;
+    let failure = match &job.schema_digest {
+        Some(digest) if !digests.contains(digest) => Failure::CATALOG_MISMATCH,
+        _ => Failure::NO_WORKER,
+    };
     let update = moving(backend, &job.id, Held::Skip)
         .col_expr(jobs::Column::Status, Expr::val(Failed.as_str()))
         .col_expr(jobs::Column::ErrorCode, Expr::val(failure.code))

@@ -165,9 +165,9 @@ async fn fail_unclaimed(ctx: &WorkerContext, now: i64, by: Mover<'_>) -> Result<
     let mut n = 0;
     for job in transitions::overdue_unclaimed(&ctx.db, now, ctx.config.queue_ttl, BATCH).await? {
         let support_ref = new_support_ref();
-        let outcome = transitions::fail_unclaimed(&ctx.db, &job, ctx.config.queue_ttl, &support_ref, by).await?;
+        let outcome = transitions::fail_unclaimed(&ctx.db, &job, ctx.config.queue_ttl, &ctx.digests, &support_ref, by).await?;
         if matches!(outcome, Outcome::Moved(_)) {
-            tracing::warn!(export = %job.id, deployment = %job.deployment, support_ref = %support_ref, "no worker claimed the export in time");
+            tracing::warn!(export = %job.id, deployment = %job.deployment, schema_digest = ?job.schema_digest, support_ref = %support_ref, "no worker claimed the operation in time");
         }
         n += moved(outcome);
     }

@@ -48,6 +48,8 @@ pub struct WorkerContext {
     pub wakeup: Wakeup,
     /// This process's metrics.
     pub metrics: Metrics,
+    /// The schema versions of this worker's catalog: it claims only jobs of these.
+    pub digests: Arc<Vec<String>>,
 }
 
 impl WorkerContext {
@@ -72,7 +74,8 @@ impl WorkerContext {
             }
         }
         // A snapshot's lock wait is ended by the stall rule first; its own bound is the backstop.
-        let (db, snapshots) = snapshot::worker_pools(&config.database_url, worker.concurrency, config.stall + config.lease).await?;
+        let (db, snapshots) = snapshot::worker_pools(&config.database_url, config.export_source_url(), worker.concurrency, config.stall + config.lease).await?;
+        let digests = Arc::new(config.catalog.digests());
         Ok(WorkerContext {
             db,
             snapshots,
@@ -84,6 +87,7 @@ impl WorkerContext {
             faults: faults::Faults::default(),
             wakeup,
             metrics,
+            digests,
         })
     }
 
@@ -94,7 +98,7 @@ impl WorkerContext {
 
     /// This worker, as a claim names it.
     pub fn claimant(&self) -> Claimant<'_> {
-        Claimant { worker_id: &self.worker_id, deployments: &self.worker.deployments, lease: self.config.lease, faults: &self.faults }
+        Claimant { worker_id: &self.worker_id, deployments: &self.worker.deployments, digests: &self.digests, lease: self.config.lease, faults: &self.faults }
     }
 }
 

@@ -14,34 +14,36 @@
 //!
 //! Both write every cell through [`CsvEncoder`], so defusing, money and instants follow one rule.
 
-use crate::exports::reports::{ColumnSpec, ColumnType, FilterTest, ReportSpec};
+use crate::catalog::{ColumnType, Filter, FilterTest, FilterValue, Report, TimeUnit};
 use crate::csv_cells::CsvEncoder;
 use app::{ExportRequest, ResolvedContract};
 use bytes::{Buf, BytesMut};
 use futures::StreamExt;
-use sea_orm::sea_query::{Alias, Expr, ExprTrait, JoinType, Order, PostgresQueryBuilder, Query, SelectStatement, SqliteQueryBuilder};
 use sea_orm::sqlx;
 use sea_orm::DbBackend;
 use tokio::sync::mpsc;
 
-/// The connections of a worker running `concurrency` jobs: a small pool for short statements
-/// (claims, heartbeats, transitions), and apart from it, where snapshots are read — on
-/// PostgreSQL one connection per job, on SQLite the file (each snapshot opens its own
-/// read-only connection) — so long reads never starve the heartbeats that keep leases alive.
-pub async fn worker_pools(url: &str, concurrency: usize, snapshot_lock_timeout: std::time::Duration) -> Result<(sea_orm::DatabaseConnection, Source), sea_orm::DbErr> {
+/// The connections of a worker running `concurrency` jobs: a small pool on the job store for
+/// short statements (claims, heartbeats, transitions), and apart from it, on the source
+/// `source_url` (the job store's database unless the catalog's source is another), where
+/// snapshots are read — on PostgreSQL one connection per job, on SQLite the file (each snapshot
+/// opens its own read-only connection) — so long reads never starve the heartbeats that keep
+/// leases alive.
+pub async fn worker_pools(url: &str, source_url: &str, concurrency: usize, snapshot_lock_timeout: std::time::Duration) -> Result<(sea_orm::DatabaseConnection, Source), sea_orm::DbErr> {
     use crate::db::{connect_pool, sqlite_path, PoolUse};
     use sea_orm::DbErr;
     // Opened in full at start, so a heartbeat never waits for a new connection to be set up.
     let size = 4 + (concurrency as u32).div_ceil(4);
     let control = connect_pool(url, PoolUse::Control, size, size).await?;
-    let snapshots = match control.get_database_backend() {
+    let snapshots = if source_url.starts_with("postgres") {
         // One connection per job, and one more that a job's count can borrow while it is idle.
-        DbBackend::Postgres => {
-            let size = concurrency as u32 + 1;
-            let pool = connect_pool(url, PoolUse::Snapshot { lock_timeout: snapshot_lock_timeout }, Ord::min(size, 2), size).await?;
-            Source::Postgres { pool: pool.get_postgres_connection_pool().clone(), control: control.clone() }
-        }
-        _ => Source::Sqlite(sqlite_path(url).ok_or_else(|| DbErr::Custom("a worker needs a SQLite database file, not an in-memory one".into()))?.into()),
+        let size = concurrency as u32 + 1;
+        let pool = connect_pool(source_url, PoolUse::Snapshot { lock_timeout: snapshot_lock_timeout }, Ord::min(size, 2), size).await?;
+        // A read that must stop is cancelled from a connection of the same server (and role).
+        let cancels = if source_url == url { control.clone() } else { connect_pool(source_url, PoolUse::Control, 0, 1).await? };
+        Source::Postgres { pool: pool.get_postgres_connection_pool().clone(), control: cancels }
+    } else {
+        Source::Sqlite(sqlite_path(source_url).ok_or_else(|| DbErr::Custom("a worker needs a SQLite database file, not an in-memory one".into()))?.into())
     };
     Ok((control, snapshots))
 }
@@ -123,29 +125,78 @@ impl From<rusqlite::Error> for SnapshotError {
     }
 }
 
-/// The two queries of one export's snapshot, and the file's columns.
+/// How one of the file's columns is read from the source and written: the catalog's type, as
+/// each backend gives it (PostgreSQL in its binary form, after the cast the plan puts on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// Text, defused.
+    Text,
+    /// A whole number.
+    Integer,
+    /// A decimal with this many places (PostgreSQL gives it rounded, as text).
+    Decimal(u32),
+    /// Minor units, written with the places of the currency in the field given (two when none).
+    Money(Option<usize>),
+    /// A day, `YYYY-MM-DD`.
+    Date,
+    /// An instant of a timestamp type.
+    Instant,
+    /// An instant as epoch milliseconds.
+    InstantMs,
+    /// `true` or `false`.
+    Boolean,
+}
+
+/// One of the file's columns.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    /// Its name in the header row.
+    pub name: String,
+    /// How it is read and written.
+    pub read: Read,
+}
+
+/// The queries of one export's snapshot, and the file's columns, built from the catalog's report
+/// for one backend. Values the request gives as free text are bound parameters (`params`), never
+/// part of the SQL; everything else in it is the catalog's own SQL, numbers, or literals quoted
+/// here.
 #[derive(Debug, Clone)]
 pub struct Plan {
     /// The file's columns, in order.
-    pub columns: Vec<&'static ColumnSpec>,
+    pub columns: Vec<Cell>,
     /// Whether the file starts with a UTF-8 byte order mark.
     pub bom: bool,
-    count: SelectStatement,
-    rows: SelectStatement,
+    backend: DbBackend,
+    /// The select list: the file's columns, then the currencies of its money columns.
+    select: Vec<String>,
+    from: String,
+    conditions: Vec<String>,
     /// The rows' key (the report's order): a part's rows are read by it.
-    key_sql: &'static str,
+    key: String,
     /// For a part of a checkpointed export: its rows.
     part: Option<KeyRange>,
+    /// Bound text values: their parameter names and values.
+    params: Vec<(String, String)>,
 }
 
-/// An amount in minor units: a whole number of cents as written (1.10 → 110, despite binary
-/// floating point), otherwise rounded with `round` (ceil for a lower bound, floor for an upper).
-fn to_cents(amount: f64, round: fn(f64) -> f64) -> i64 {
-    let cents = amount * 100.0;
-    if (cents - cents.round()).abs() < 1e-6 {
-        cents.round() as i64
+/// An amount in minor units of `places`: a whole number of them as written (1.10 → 110, despite
+/// binary floating point), otherwise rounded with `round` (ceil for a lower bound, floor for an
+/// upper); `None` when it is not a whole number and `round` is `None` (an equality no row meets).
+fn to_minor(amount: f64, places: u32, round: Option<fn(f64) -> f64>) -> Option<i64> {
+    let minor = amount * 10f64.powi(places as i32);
+    if (minor - minor.round()).abs() < 1e-6 {
+        Some(minor.round() as i64)
     } else {
-        round(cents) as i64
+        round.map(|round| round(minor) as i64)
+    }
+}
+
+/// A string as an SQL literal of `backend` (an escape string on PostgreSQL, whatever
+/// `standard_conforming_strings` says).
+fn literal(backend: DbBackend, text: &str) -> String {
+    match backend {
+        DbBackend::Postgres => format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''")),
+        _ => format!("'{}'", text.replace('\'', "''")),
     }
 }
 
@@ -157,127 +208,209 @@ fn millis(rfc3339: &str) -> Result<i64, String> {
     rfc3339.parse::<jiff::Timestamp>().map(|t| t.as_millisecond()).map_err(|e| format!("stored instant {rfc3339:?}: {e}"))
 }
 
+/// Currencies by their places, for a money comparison converted per row.
+const PLACES_OTHER_THAN_TWO: [u32; 3] = [0, 3, 4];
+
 impl Plan {
-    /// The queries of an export of `report` for `tenant_id`, as the operation was resolved.
-    pub fn new(report: &'static ReportSpec, request: &ExportRequest, resolved: &ResolvedContract, tenant_id: &str) -> Result<Plan, String> {
-        let columns = resolved
-            .columns
-            .iter()
-            .map(|name| report.column(name).ok_or_else(|| format!("{} has no column {name:?}", report.name)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (table, alias) = report.source.table;
-        let mut rows = Query::select();
-        rows.from_as(Alias::new(table), Alias::new(alias));
-        rows.and_where(Expr::cust(report.source.tenant_sql).eq(tenant_id))
-            .and_where(Expr::cust(report.time_sql()).gte(millis(&resolved.from)?))
-            .and_where(Expr::cust(report.time_sql()).lt(millis(&resolved.to)?));
-        let mut main_table_only = true;
-        for (name, value) in &request.filters {
-            let filter = report.filter(name).ok_or_else(|| format!("{} has no filter {name:?}", report.name))?;
-            let amount = || value.as_f64().ok_or_else(|| format!("filter {name} is not a number"));
-            let test = match filter.test {
-                FilterTest::In => Expr::cust(filter.sql).is_in(strings(value)),
-                FilterTest::AtLeast => Expr::cust(filter.sql).gte(to_cents(amount()?, f64::ceil)),
-                FilterTest::AtMost => Expr::cust(filter.sql).lte(to_cents(amount()?, f64::floor)),
+    /// The queries of an export of `report` for the tenant whose source id is `source_id`, as
+    /// the operation was resolved, on `backend`.
+    pub fn new(report: &Report, request: &ExportRequest, resolved: &ResolvedContract, source_id: &str, backend: DbBackend) -> Result<Plan, String> {
+        let pg = backend == DbBackend::Postgres;
+        let mut columns = Vec::with_capacity(resolved.columns.len());
+        let mut select = Vec::with_capacity(resolved.columns.len());
+        let mut currencies = Vec::new();
+        for name in &resolved.columns {
+            let column = report.column(name).ok_or_else(|| format!("{} has no column {name:?}", report.name))?;
+            let sql = &column.sql;
+            let cast = |ty: &str| if pg { format!("CAST(({sql}) AS {ty})") } else { sql.clone() };
+            let (read, expr) = match &column.ty {
+                ColumnType::Text => (Read::Text, cast("TEXT")),
+                ColumnType::Integer => (Read::Integer, cast("BIGINT")),
+                ColumnType::Decimal { scale } => (Read::Decimal(*scale), if pg { format!("CAST(ROUND(CAST(({sql}) AS NUMERIC), {scale}) AS TEXT)") } else { sql.clone() }),
+                ColumnType::Money { currency } => {
+                    let field = currency.as_ref().map(|currency| {
+                        currencies.push(if pg { format!("CAST(({currency}) AS TEXT)") } else { currency.clone() });
+                        currencies.len() - 1
+                    });
+                    (Read::Money(field), cast("BIGINT"))
+                }
+                ColumnType::Date => (Read::Date, cast("DATE")),
+                ColumnType::Timestamp { unit: TimeUnit::Instant } => (Read::Instant, cast("TIMESTAMPTZ")),
+                ColumnType::Timestamp { unit: TimeUnit::Ms } => (Read::InstantMs, cast("BIGINT")),
+                ColumnType::Boolean => (Read::Boolean, cast("BOOLEAN")),
             };
-            main_table_only &= filter.sql.starts_with(&format!("{alias}."));
-            rows.and_where(test);
+            columns.push(Cell { name: column.name.clone(), read });
+            select.push(expr);
         }
-        // Every join matches exactly one row (a foreign key says so), so when no filter needs a
-        // joined table the rows can be counted on the main table alone.
-        let mut count = rows.clone();
-        for join in report.source.joins {
-            rows.join_as(JoinType::InnerJoin, Alias::new(join.table), Alias::new(join.alias), Expr::cust(join.on));
-            if !(join.one_per_row && main_table_only) {
-                count.join_as(JoinType::InnerJoin, Alias::new(join.table), Alias::new(join.alias), Expr::cust(join.on));
+        // The currencies follow the file's columns: a money cell's currency field is found there.
+        let first_currency = columns.len();
+        for cell in &mut columns {
+            if let Read::Money(Some(field)) = &mut cell.read {
+                *field += first_currency;
             }
         }
-        count.expr(Expr::cust("COUNT(*)"));
-        for column in &columns {
-            rows.expr(Expr::cust(column.sql));
+        select.extend(currencies);
+
+        let mut conditions = vec![format!("({}) = {}", report.tenant, literal(backend, source_id))];
+        let time = &report.time_sql;
+        match report.time_unit {
+            TimeUnit::Ms => {
+                conditions.push(format!("({time}) >= {}", millis(&resolved.from)?));
+                conditions.push(format!("({time}) < {}", millis(&resolved.to)?));
+            }
+            TimeUnit::Instant if pg => {
+                conditions.push(format!("({time}) >= CAST({} AS TIMESTAMPTZ)", literal(backend, &resolved.from)));
+                conditions.push(format!("({time}) < CAST({} AS TIMESTAMPTZ)", literal(backend, &resolved.to)));
+            }
+            // SQLite keeps instants as text in more than one shape; julianday reads them all.
+            TimeUnit::Instant => {
+                conditions.push(format!("julianday({time}) >= julianday({})", literal(backend, &resolved.from)));
+                conditions.push(format!("julianday({time}) < julianday({})", literal(backend, &resolved.to)));
+            }
         }
-        rows.order_by_expr(Expr::cust(report.source.order_sql), Order::Asc);
-        Ok(Plan { columns, bom: request.options.bom, count, rows, key_sql: report.source.order_sql, part: None })
+        let mut params = Vec::new();
+        for (name, value) in &request.filters {
+            let filter = report.filter(name).ok_or_else(|| format!("{} has no filter {name:?}", report.name))?;
+            conditions.push(filter_condition(backend, filter, value, &mut params)?);
+        }
+        Ok(Plan { columns, bom: request.options.bom, backend, select, from: report.from.clone(), conditions, key: report.key.clone(), part: None, params })
     }
 
     /// The plan of one part: the same rows, in `range`, each with its key after the file's
     /// columns (read, never written).
     pub fn part(&self, range: KeyRange) -> Plan {
-        let mut rows = self.rows.clone();
-        rows.expr(Expr::cust(self.key_sql));
+        let mut part = self.clone();
+        part.select.push(part.key_read());
         if let Some(after) = range.after {
-            rows.and_where(Expr::cust(self.key_sql).gt(after));
+            part.conditions.push(format!("({}) > {after}", self.key));
         }
-        rows.limit(range.limit);
-        Plan { rows, part: Some(range), ..self.clone() }
+        part.part = Some(range);
+        part
     }
 
-    /// The query that gives a part's last key: the key of the `limit`-th row after `after`
-    /// (counted like the rows, on the main table unless a filter needs a join), or none when
-    /// fewer rows are left; within `max_key`.
-    pub fn part_end_sql(&self, backend: DbBackend) -> Option<String> {
-        let range = self.part?;
-        let mut end = self.count.clone();
-        end.clear_selects();
-        end.expr(Expr::cust(self.key_sql));
-        if let Some(after) = range.after {
-            end.and_where(Expr::cust(self.key_sql).gt(after));
+    /// The key as a part reads it: a bigint (on SQLite the bare key, so that its index serves
+    /// `MAX`).
+    fn key_read(&self) -> String {
+        match self.backend {
+            DbBackend::Postgres => format!("CAST(({}) AS BIGINT)", self.key),
+            _ => self.key.clone(),
         }
-        end.and_where(Expr::cust(self.key_sql).lte(range.max_key));
-        end.order_by_expr(Expr::cust(self.key_sql), Order::Asc).offset(range.limit.saturating_sub(1)).limit(1);
-        Some(match backend {
-            DbBackend::Postgres => end.to_string(PostgresQueryBuilder),
-            _ => end.to_string(SqliteQueryBuilder),
-        })
+    }
+
+    fn query(&self, select: &str, extra: Option<String>, order: bool, limit: Option<(u64, u64)>) -> String {
+        let mut sql = format!("SELECT {select} FROM {} WHERE {}", self.from, self.conditions.join(" AND "));
+        if let Some(extra) = extra {
+            sql.push_str(" AND ");
+            sql.push_str(&extra);
+        }
+        if order {
+            sql.push_str(&format!(" ORDER BY {} ASC", self.key));
+        }
+        if let Some((limit, offset)) = limit {
+            sql.push_str(&format!(" LIMIT {limit}"));
+            if offset > 0 {
+                sql.push_str(&format!(" OFFSET {offset}"));
+            }
+        }
+        sql
+    }
+
+    /// The query that gives a part's last key: the key of the `limit`-th row after `after`, or
+    /// none when fewer rows are left; within `max_key`.
+    pub fn part_end_sql(&self) -> Option<String> {
+        let range = self.part?;
+        Some(self.query(&self.key_read(), Some(format!("({}) <= {}", self.key, range.max_key)), true, Some((1, range.limit.saturating_sub(1)))))
     }
 
     /// A part's rows up to `end` (its last key, or the export's highest one), in key order.
-    pub fn part_rows_sql(&self, backend: DbBackend, end: i64) -> String {
-        let mut rows = self.rows.clone();
-        rows.and_where(Expr::cust(self.key_sql).lte(end));
-        match backend {
-            DbBackend::Postgres => rows.to_string(PostgresQueryBuilder),
-            _ => rows.to_string(SqliteQueryBuilder),
-        }
+    pub fn part_rows_sql(&self, end: i64) -> String {
+        let limit = self.part.map(|r| (r.limit, 0));
+        self.query(&self.select.join(", "), Some(format!("({}) <= {end}", self.key)), true, limit)
     }
 
     /// The query that gives the highest key and the number of the export's rows, in one
     /// snapshot: what a checkpointed export fixes at its first claim.
-    pub fn bounds_sql(&self, backend: DbBackend) -> String {
-        let mut bounds = self.count.clone();
-        bounds.clear_selects();
-        bounds.expr(Expr::cust(format!("MAX({})", self.key_sql))).expr(Expr::cust("COUNT(*)"));
-        match backend {
-            DbBackend::Postgres => bounds.to_string(PostgresQueryBuilder),
-            _ => bounds.to_string(SqliteQueryBuilder),
-        }
+    pub fn bounds_sql(&self) -> String {
+        self.query(&format!("MAX({}), COUNT(*)", self.key_read()), None, false, None)
     }
 
-    /// The fields a row of the query has beyond the file's columns (a part's key).
+    /// The fields a row of the query has beyond the file's columns (currencies, a part's key).
     fn extra_fields(&self) -> usize {
-        usize::from(self.part.is_some())
+        self.select.len() - self.columns.len()
     }
 
-    /// The query that counts the rows, with its values inlined (escaped by the query builder).
-    pub fn count_sql(&self, backend: DbBackend) -> String {
-        match backend {
-            DbBackend::Postgres => self.count.to_string(PostgresQueryBuilder),
-            _ => self.count.to_string(SqliteQueryBuilder),
-        }
+    /// The query that counts the rows.
+    pub fn count_sql(&self) -> String {
+        self.query("COUNT(*)", None, false, None)
     }
 
-    /// The query that reads the rows, in file order, with its values inlined.
-    pub fn rows_sql(&self, backend: DbBackend) -> String {
-        match backend {
-            DbBackend::Postgres => self.rows.to_string(PostgresQueryBuilder),
-            _ => self.rows.to_string(SqliteQueryBuilder),
-        }
+    /// The query that reads the rows, in file order.
+    pub fn rows_sql(&self) -> String {
+        self.query(&self.select.join(", "), None, true, None)
+    }
+
+    /// The bound text values: parameter names and values.
+    pub fn params(&self) -> &[(String, String)] {
+        &self.params
     }
 
     fn encoder(&self) -> Result<CsvEncoder, SnapshotError> {
-        let header: Vec<&str> = self.columns.iter().map(|c| c.name).collect();
+        let header: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
         Ok(CsvEncoder::new(self.bom, &header)?)
     }
+}
+
+/// The condition of one filter with the request's `value` (already validated).
+fn filter_condition(backend: DbBackend, filter: &Filter, value: &serde_json::Value, params: &mut Vec<(String, String)>) -> Result<String, String> {
+    let sql = &filter.sql;
+    let pg = backend == DbBackend::Postgres;
+    let listed = |values: Vec<String>| values.iter().map(|v| literal(backend, v)).collect::<Vec<_>>().join(", ");
+    let (of, op, round): (&FilterValue, &str, Option<fn(f64) -> f64>) = match &filter.test {
+        // Listed values are the catalog's own, or codes checked to be two capital letters.
+        FilterTest::OneOf { .. } | FilterTest::Countries => return Ok(format!("({sql}) IN ({})", listed(strings(value)))),
+        FilterTest::Equals { of } => (of, "=", None),
+        FilterTest::AtLeast { of } => (of, ">=", Some(f64::ceil)),
+        FilterTest::AtMost { of } => (of, "<=", Some(f64::floor)),
+    };
+    let number = || value.as_f64().filter(|n| n.is_finite()).ok_or_else(|| format!("filter {} is not a number", filter.name));
+    Ok(match of {
+        FilterValue::Text => {
+            let text = value.as_str().ok_or_else(|| format!("filter {} is not text", filter.name))?;
+            let param = format!("exportd.f_{}", filter.name);
+            params.push((param.clone(), text.to_owned()));
+            if pg { format!("({sql}) {op} current_setting('{param}')") } else { format!("({sql}) {op} :f_{}", filter.name) }
+        }
+        FilterValue::Integer => format!("({sql}) {op} {}", value.as_i64().ok_or_else(|| format!("filter {} is not a whole number", filter.name))?),
+        FilterValue::Decimal => format!("({sql}) {op} {:?}", number()?),
+        FilterValue::Money { currency: None } => match to_minor(number()?, 2, round) {
+            Some(minor) => format!("({sql}) {op} {minor}"),
+            None => "1 = 0".to_owned(),
+        },
+        // Major units, converted per row by the row's currency.
+        FilterValue::Money { currency: Some(currency) } => {
+            let amount = number()?;
+            let bound = |places: u32| to_minor(amount, places, round).map_or("NULL".to_owned(), |m| m.to_string());
+            let mut case = String::from("CASE");
+            for places in PLACES_OTHER_THAN_TWO {
+                let codes = crate::iso_codes::currencies_with_places(places);
+                if !codes.is_empty() {
+                    case.push_str(&format!(" WHEN ({currency}) IN ({}) THEN {}", listed(codes.iter().map(|c| c.to_string()).collect()), bound(places)));
+                }
+            }
+            format!("({sql}) {op} ({case} ELSE {} END)", bound(2))
+        }
+        FilterValue::Date => {
+            let day = literal(backend, value.as_str().ok_or_else(|| format!("filter {} is not a date", filter.name))?);
+            if pg { format!("CAST(({sql}) AS DATE) {op} CAST({day} AS DATE)") } else { format!("({sql}) {op} {day}") }
+        }
+        FilterValue::Boolean => {
+            let yes = value.as_bool().ok_or_else(|| format!("filter {} is not a boolean", filter.name))?;
+            match (pg, yes) {
+                (true, yes) => format!("({sql}) {op} {}", if yes { "TRUE" } else { "FALSE" }),
+                (false, yes) => format!("({sql}) {op} {}", i32::from(yes)),
+            }
+        }
+    })
 }
 
 /// Where a snapshot is read from.
@@ -293,6 +426,16 @@ pub enum Source {
     },
     /// A SQLite database file.
     Sqlite(std::path::PathBuf),
+}
+
+impl Source {
+    /// The source's database.
+    pub fn backend(&self) -> DbBackend {
+        match self {
+            Source::Postgres { .. } => DbBackend::Postgres,
+            Source::Sqlite(_) => DbBackend::Sqlite,
+        }
+    }
 }
 
 /// How long a stopped read may take to notice before its task is abandoned (its connection is
@@ -499,8 +642,8 @@ async fn read_postgres(
     backends: &std::sync::Arc<tokio::sync::Mutex<Backends>>,
 ) -> Result<(), SnapshotError> {
     let mut conn = sqlx::Connection::begin(&mut **rows).await?;
-    read_only_snapshot(&mut conn, None).await?;
-    let count_sql = plan.count_sql(DbBackend::Postgres);
+    read_only_snapshot(&mut conn, None, plan.params()).await?;
+    let count_sql = plan.count_sql();
     // The count runs beside the rows, on a second connection that imports this transaction's
     // snapshot, when one is idle; otherwise first, on this one. Dropping the set stops it. A
     // part is not counted: it is known to hold at most its size.
@@ -516,7 +659,7 @@ async fn read_postgres(
         Some(second) => {
             let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *conn).await?;
             let second = register(second, backends).await?;
-            counting.spawn(count_in_snapshot(second, snapshot, count_sql, tx.clone(), backends.clone()));
+            counting.spawn(count_in_snapshot(second, snapshot, count_sql, plan.params().to_vec(), tx.clone(), backends.clone()));
         }
         None if read_at.is_some() => {}
         None => {
@@ -529,13 +672,13 @@ async fn read_postgres(
     // in key order" instead, it either looks each row's customer up in key order or, once few
     // rows are left, joins and sorts all of them (measured on 10M orders: 2.5 s and 2.8 s a part,
     // against 2.0 s).
-    let (rows_sql, last) = match plan.part_end_sql(DbBackend::Postgres) {
+    let (rows_sql, last) = match plan.part_end_sql() {
         Some(end_sql) => {
             let end: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(end_sql)).fetch_optional(&mut *conn).await?;
             let max_key = plan.part.map_or(0, |r| r.max_key);
-            (plan.part_rows_sql(DbBackend::Postgres, end.unwrap_or(max_key)), end.is_none_or(|end| end >= max_key))
+            (plan.part_rows_sql(end.unwrap_or(max_key)), end.is_none_or(|end| end >= max_key))
         }
-        None => (plan.rows_sql(DbBackend::Postgres), true),
+        None => (plan.rows_sql(), true),
     };
     let mut out = Chunker::new(&plan)?;
     let mut decoder = CopyBinary::default();
@@ -551,7 +694,7 @@ async fn read_postgres(
             while let Some(tuple) = decoder.next_tuple()? {
                 write_fields(&plan.columns, plan.extra_fields(), &tuple, &mut out.csv)?;
                 if plan.part.is_some() {
-                    keys.saw(key_field(&tuple, plan.columns.len())?);
+                    keys.saw(key_field(&tuple, plan.select.len() - 1)?);
                 }
                 out.row_done()?;
             }
@@ -579,11 +722,18 @@ async fn read_postgres(
 }
 
 /// Makes the transaction just begun on `conn` a read-only REPEATABLE READ one, in the snapshot
-/// another transaction exported when `import` names one.
-async fn read_only_snapshot(conn: &mut sqlx::PgConnection, import: Option<&str>) -> Result<(), SnapshotError> {
+/// another transaction exported when `import` names one, with the plan's bound values `params`
+/// set for its statements (a COPY takes no parameters; its query reads them with
+/// `current_setting`).
+async fn read_only_snapshot(conn: &mut sqlx::PgConnection, import: Option<&str>, params: &[(String, String)]) -> Result<(), SnapshotError> {
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *conn).await?;
     if let Some(snapshot) = import {
         sqlx::query(sqlx::AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))).execute(&mut *conn).await?;
+    }
+    // A `timestamp without time zone` is read as UTC, whatever the role's default zone.
+    sqlx::query("SET LOCAL TimeZone = 'UTC'").execute(&mut *conn).await?;
+    for (name, value) in params {
+        sqlx::query("SELECT set_config($1, $2, true)").bind(name).bind(value).execute(&mut *conn).await?;
     }
     // JIT compiling this scan, join and sort costs more than it saves (about a tenth of a 1M-row
     // export, measured by scripts/bench.sh); it is the default above a cost threshold.
@@ -600,6 +750,7 @@ async fn count_in_snapshot(
     mut conn: Borrowed,
     snapshot: String,
     count_sql: String,
+    params: Vec<(String, String)>,
     tx: mpsc::Sender<Produced>,
     backends: std::sync::Arc<tokio::sync::Mutex<Backends>>,
 ) -> Result<(), SnapshotError> {
@@ -608,7 +759,7 @@ async fn count_in_snapshot(
             return Err(SnapshotError::Database(format!("unexpected snapshot id {snapshot:?}")));
         }
         let mut t = sqlx::Connection::begin(&mut *conn.conn).await?;
-        read_only_snapshot(&mut t, Some(&snapshot)).await?;
+        read_only_snapshot(&mut t, Some(&snapshot), &params).await?;
         let total = count(&mut t, count_sql).await?;
         t.commit().await?;
         Ok(total)
@@ -643,32 +794,100 @@ fn key_field(tuple: &Tuple<'_>, at: usize) -> Result<i64, SnapshotError> {
     Ok(i64::from_be_bytes(<[u8; 8]>::try_from(bytes).map_err(|_| SnapshotError::Data("a row's key is not a bigint".into()))?))
 }
 
-/// Writes a row's fields as the file's columns; `extra` fields follow them (read, never written).
-fn write_fields(columns: &[&ColumnSpec], extra: usize, tuple: &Tuple<'_>, csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
+/// Writes a row's fields (PostgreSQL's binary forms of the plan's casts) as the file's columns;
+/// `extra` fields follow them (currencies, a part's key). NULL is an empty cell.
+fn write_fields(columns: &[Cell], extra: usize, tuple: &Tuple<'_>, csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
     if tuple.len() != columns.len() + extra {
         return Err(SnapshotError::Data(format!("{} fields for {} columns", tuple.len(), columns.len())));
     }
+    let utf8 = |bytes: &[u8]| std::str::from_utf8(bytes).map(str::to_owned).map_err(|e| SnapshotError::Data(e.to_string()));
     for (i, column) in columns.iter().enumerate() {
         let Some(bytes) = tuple.field(i) else {
-            return Err(SnapshotError::Data(format!("{} is NULL", column.name)));
+            csv.empty()?;
+            continue;
         };
-        match column.ty {
-            ColumnType::Text => csv.text(std::str::from_utf8(bytes).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
-            ty => {
-                let n = i64::from_be_bytes(<[u8; 8]>::try_from(bytes).map_err(|_| SnapshotError::Data(format!("{} is not a bigint", column.name)))?);
-                write_number(ty, n, csv)?;
+        let wrong = || SnapshotError::Data(format!("{} is not of its type", column.name));
+        let int8 = || <[u8; 8]>::try_from(bytes).map(i64::from_be_bytes).map_err(|_| wrong());
+        match column.read {
+            Read::Text => csv.text(std::str::from_utf8(bytes).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
+            Read::Integer => csv.integer(int8()?)?,
+            Read::Decimal(_) => csv.number(std::str::from_utf8(bytes).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
+            Read::Money(currency) => {
+                let currency = match currency.and_then(|at| tuple.field(at)) {
+                    Some(code) => Some(utf8(code)?),
+                    None => None,
+                };
+                csv.money_in(int8()?, crate::iso_codes::currency_places(currency.as_deref()))?
             }
+            Read::Date => {
+                let days = <[u8; 4]>::try_from(bytes).map(i32::from_be_bytes).map_err(|_| wrong())?;
+                csv.date(pg_date(days).ok_or_else(|| SnapshotError::Data(format!("{}: a date outside the calendar", column.name)))?)?
+            }
+            // Microseconds since 2000-01-01 UTC; written to the second, as every instant.
+            Read::Instant => csv.instant(int8()?.div_euclid(1000).saturating_add(PG_EPOCH_MS))?,
+            Read::InstantMs => csv.instant(int8()?)?,
+            Read::Boolean => csv.boolean(bytes.first().is_some_and(|b| *b != 0))?,
         }
     }
     Ok(())
 }
 
-fn write_number(ty: ColumnType, n: i64, csv: &mut CsvEncoder) -> std::io::Result<()> {
-    match ty {
-        ColumnType::Money => csv.money(n),
-        ColumnType::Timestamp => csv.instant(n),
-        _ => csv.integer(n),
+/// 2000-01-01T00:00:00Z, PostgreSQL's epoch, in Unix milliseconds.
+const PG_EPOCH_MS: i64 = 946_684_800_000;
+
+/// A PostgreSQL date (days since 2000-01-01); `None` for infinity or beyond the calendar.
+fn pg_date(days: i32) -> Option<jiff::civil::Date> {
+    jiff::civil::date(2000, 1, 1).checked_add(jiff::Span::new().try_days(days).ok()?).ok()
+}
+
+/// Writes one SQLite value as the column `cell`; SQLite's columns hold any type, so each is read
+/// from the storage classes that can carry it. NULL is an empty cell.
+fn write_sqlite(cell: &Cell, value: rusqlite::types::ValueRef<'_>, currency: Option<rusqlite::types::ValueRef<'_>>, csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
+    use rusqlite::types::ValueRef;
+    let text = |t: &[u8]| std::str::from_utf8(t).map(str::to_owned).map_err(|e| SnapshotError::Data(e.to_string()));
+    let wrong = |v: ValueRef<'_>| SnapshotError::Data(format!("{} holds {:?}, not its type", cell.name, v.data_type()));
+    match (cell.read, value) {
+        (_, ValueRef::Null) => csv.empty()?,
+        (Read::Text, ValueRef::Text(t)) => csv.text(std::str::from_utf8(t).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
+        (Read::Text, ValueRef::Integer(n)) => csv.text(&n.to_string())?,
+        (Read::Text, ValueRef::Real(f)) => csv.text(&f.to_string())?,
+        (Read::Integer, ValueRef::Integer(n)) => csv.integer(n)?,
+        (Read::InstantMs, ValueRef::Integer(n)) => csv.instant(n)?,
+        (Read::Decimal(scale), v) => {
+            let digits = match v {
+                ValueRef::Integer(n) => n.to_string(),
+                ValueRef::Real(f) => f.to_string(),
+                ValueRef::Text(t) => text(t)?,
+                other => return Err(wrong(other)),
+            };
+            csv.number(&crate::csv_cells::decimal(&digits, scale).ok_or_else(|| SnapshotError::Data(format!("{}: {digits:?} is not a number", cell.name)))?)?
+        }
+        (Read::Money(_), ValueRef::Integer(n)) => {
+            let code = match currency {
+                Some(ValueRef::Text(t)) => Some(text(t)?),
+                _ => None,
+            };
+            csv.money_in(n, crate::iso_codes::currency_places(code.as_deref()))?
+        }
+        (Read::Date, ValueRef::Text(t)) => {
+            let t = text(t)?;
+            let day = t.get(..10).filter(|_| t.len() == 10 || matches!(t.as_bytes()[10], b' ' | b'T')).and_then(|d| d.parse::<jiff::civil::Date>().ok());
+            csv.date(day.ok_or_else(|| SnapshotError::Data(format!("{}: {t:?} is not a date YYYY-MM-DD", cell.name)))?)?
+        }
+        (Read::Instant, ValueRef::Text(t)) => {
+            let t = text(t)?;
+            let instant = t
+                .parse::<jiff::Timestamp>()
+                .ok()
+                .or_else(|| t.parse::<jiff::civil::DateTime>().ok().and_then(|local| local.to_zoned(jiff::tz::TimeZone::UTC).ok()).map(|z| z.timestamp()));
+            csv.instant(instant.ok_or_else(|| SnapshotError::Data(format!("{}: {t:?} is not an instant", cell.name)))?.as_millisecond())?
+        }
+        (Read::Boolean, ValueRef::Integer(n @ (0 | 1))) => csv.boolean(n == 1)?,
+        (Read::Boolean, ValueRef::Text(b"true")) => csv.boolean(true)?,
+        (Read::Boolean, ValueRef::Text(b"false")) => csv.boolean(false)?,
+        (_, other) => return Err(wrong(other)),
     }
+    Ok(())
 }
 
 /// Decodes PostgreSQL's binary COPY format: a signature and header, then tuples (a field
@@ -777,7 +996,6 @@ fn produce_sqlite(
     tx: &mpsc::Sender<Produced>,
     interrupt: &std::sync::Mutex<Option<rusqlite::InterruptHandle>>,
 ) -> Result<(), SnapshotError> {
-    use rusqlite::types::ValueRef;
     let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
     if let Ok(mut slot) = interrupt.lock() {
         *slot = Some(conn.get_interrupt_handle());
@@ -790,7 +1008,9 @@ fn produce_sqlite(
     let read_at: Option<i64> = match plan.part {
         Some(_) => Some(conn.query_row(&format!("SELECT {} FROM sqlite_schema LIMIT 1", crate::db::now_ms_sql(DbBackend::Sqlite)), [], |r| r.get(0))?),
         None => {
-            let total: i64 = conn.query_row(&plan.count_sql(DbBackend::Sqlite), [], |r| r.get(0))?;
+            let mut count = conn.prepare(&plan.count_sql())?;
+            bind_sqlite(&mut count, plan.params())?;
+            let total: i64 = count.raw_query().next()?.ok_or_else(|| SnapshotError::Database("the count gave no row".into()))?.get(0)?;
             tx.blocking_send(Produced::Counted(total)).map_err(|_| Stopped)?;
             None
         }
@@ -798,23 +1018,24 @@ fn produce_sqlite(
     // SQLite reads a part in one step, by key, up to the export's highest key: it is the last
     // when fewer rows than a part are left, or the last read ends at that key.
     let (rows_sql, max_key) = match plan.part {
-        Some(range) => (plan.part_rows_sql(DbBackend::Sqlite, range.max_key), Some(range.max_key)),
-        None => (plan.rows_sql(DbBackend::Sqlite), None),
+        Some(range) => (plan.part_rows_sql(range.max_key), Some(range.max_key)),
+        None => (plan.rows_sql(), None),
     };
     let mut out = Chunker::new(plan)?;
     let mut keys = Keys::default();
     let mut statement = conn.prepare(&rows_sql)?;
-    let mut rows = statement.query([])?;
+    bind_sqlite(&mut statement, plan.params())?;
+    let mut rows = statement.raw_query();
     while let Some(row) = rows.next()? {
         for (i, column) in plan.columns.iter().enumerate() {
-            match (column.ty, row.get_ref(i)?) {
-                (ColumnType::Text, ValueRef::Text(t)) => out.csv.text(std::str::from_utf8(t).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
-                (ty, ValueRef::Integer(n)) if ty != ColumnType::Text => write_number(ty, n, &mut out.csv)?,
-                (_, other) => return Err(SnapshotError::Data(format!("{} holds {:?}", column.name, other.data_type()))),
-            }
+            let currency = match column.read {
+                Read::Money(Some(at)) => Some(row.get_ref(at)?),
+                _ => None,
+            };
+            write_sqlite(column, row.get_ref(i)?, currency, &mut out.csv)?;
         }
         if plan.part.is_some() {
-            keys.saw(row.get::<_, i64>(plan.columns.len())?);
+            keys.saw(row.get::<_, i64>(plan.select.len() - 1)?);
         }
         out.row_done()?;
         for chunk in out.ready.drain(..) {
@@ -836,16 +1057,27 @@ fn produce_sqlite(
     Ok(())
 }
 
+/// Binds the plan's text values to a SQLite statement, by name (`exportd.f_x` is `:f_x`).
+fn bind_sqlite(statement: &mut rusqlite::Statement<'_>, params: &[(String, String)]) -> Result<(), SnapshotError> {
+    for (name, value) in params {
+        let name = format!(":{}", name.trim_start_matches("exportd."));
+        if let Some(at) = statement.parameter_index(&name)? {
+            statement.raw_bind_parameter(at, value)?;
+        }
+    }
+    Ok(())
+}
+
 /// The highest key and the number of `plan`'s rows, read in one snapshot (what a checkpointed
 /// export fixes at its first claim); the key is `None` when there are no rows.
 pub async fn bounds(source: &Source, plan: &Plan) -> Result<(Option<i64>, i64), SnapshotError> {
     match source {
         Source::Postgres { pool, .. } => {
             let mut conn = pool.acquire().await?;
-            let sql = plan.bounds_sql(DbBackend::Postgres);
+            let sql = plan.bounds_sql();
             let read: Result<(Option<i64>, i64), SnapshotError> = async {
                 let mut t = sqlx::Connection::begin(&mut *conn).await?;
-                read_only_snapshot(&mut t, None).await?;
+                read_only_snapshot(&mut t, None, plan.params()).await?;
                 let bounds = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&mut *t).await?;
                 t.commit().await?;
                 Ok(bounds)
@@ -857,11 +1089,15 @@ pub async fn bounds(source: &Source, plan: &Plan) -> Result<(Option<i64>, i64), 
             read
         }
         Source::Sqlite(path) => {
-            let (path, sql) = (path.clone(), plan.bounds_sql(DbBackend::Sqlite));
+            let (path, sql, params) = (path.clone(), plan.bounds_sql(), plan.params().to_vec());
             tokio::task::spawn_blocking(move || {
                 let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
                 conn.busy_timeout(crate::db::SQLITE_BUSY_TIMEOUT)?;
-                Ok(conn.query_row(&sql, [], |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, i64>(1)?)))?)
+                let mut bounds = conn.prepare(&sql)?;
+                bind_sqlite(&mut bounds, &params)?;
+                let mut rows = bounds.raw_query();
+                let row = rows.next()?.ok_or_else(|| SnapshotError::Database("the bounds gave no row".into()))?;
+                Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, i64>(1)?))
             })
             .await
             .map_err(|e| SnapshotError::Database(format!("the bounds' read stopped: {e}")))?
@@ -872,15 +1108,22 @@ pub async fn bounds(source: &Source, plan: &Plan) -> Result<(Option<i64>, i64), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exports::reports::ORDERS;
+    use crate::catalog::Catalog;
+
+    fn orders() -> Report {
+        Catalog::demo().unwrap().report("orders").unwrap().clone()
+    }
 
     #[test]
-    fn amounts_with_whole_cents_convert_exactly_despite_binary_floats() {
-        assert_eq!(to_cents(1.10, f64::ceil), 110);
-        assert_eq!(to_cents(1.13, f64::floor), 113);
-        assert_eq!(to_cents(-12.5, f64::ceil), -1250);
-        assert_eq!(to_cents(1.105, f64::ceil), 111);
-        assert_eq!(to_cents(1.105, f64::floor), 110);
+    fn amounts_convert_to_minor_units_exactly_despite_binary_floats() {
+        assert_eq!(to_minor(1.10, 2, Some(f64::ceil)), Some(110));
+        assert_eq!(to_minor(1.13, 2, Some(f64::floor)), Some(113));
+        assert_eq!(to_minor(-12.5, 2, Some(f64::ceil)), Some(-1250));
+        assert_eq!(to_minor(1.105, 2, Some(f64::ceil)), Some(111));
+        assert_eq!(to_minor(1.105, 2, Some(f64::floor)), Some(110));
+        assert_eq!(to_minor(1.105, 3, None), Some(1105));
+        assert_eq!(to_minor(1.105, 2, None), None, "an equality no whole number of minor units meets");
+        assert_eq!(to_minor(12.0, 0, None), Some(12));
     }
 
     fn resolved(columns: &[&str]) -> ResolvedContract {
@@ -894,42 +1137,78 @@ mod tests {
     }
 
     #[test]
-    fn the_snapshot_query_reads_the_registry_columns_of_the_tenant_in_its_interval() {
+    fn the_snapshot_query_reads_the_catalogs_columns_of_the_tenants_source_id_in_its_interval() {
         let mut request = ExportRequest::new("orders");
         request.filters.insert("status".into(), serde_json::json!(["paid"]));
         request.filters.insert("min_total".into(), serde_json::json!(1.10));
-        let plan = Plan::new(&ORDERS, &request, &resolved(&["order_id", "customer_name", "total"]), "ten_'acme").unwrap();
+        let plan = Plan::new(&orders(), &request, &resolved(&["order_id", "customer_name", "total"]), "ten_'acme", DbBackend::Postgres).unwrap();
         assert_eq!(
-            plan.rows_sql(DbBackend::Postgres),
-            "SELECT o.id, c.name, o.total_cents FROM \"orders\" AS \"o\" INNER JOIN \"customers\" AS \"c\" ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
-             WHERE (o.tenant_id) = E'ten_\\'acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.total_cents) >= 110 AND (o.status) IN ('paid') ORDER BY o.id ASC"
+            plan.rows_sql(),
+            "SELECT CAST((o.id) AS BIGINT), CAST((c.name) AS TEXT), CAST((o.total_cents) AS BIGINT) \
+             FROM orders o LEFT JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
+             WHERE (o.tenant_id) = E'ten_''acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 \
+             AND (o.total_cents) >= 110 AND (o.status) IN (E'paid') ORDER BY o.id ASC"
         );
-        // Every order has exactly one customer: the count needs no join.
+        let sqlite = Plan::new(&orders(), &request, &resolved(&["order_id"]), "ten_'acme", DbBackend::Sqlite).unwrap();
         assert_eq!(
-            plan.count_sql(DbBackend::Sqlite),
-            "SELECT COUNT(*) FROM \"orders\" AS \"o\" WHERE (o.tenant_id) = 'ten_''acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.total_cents) >= 110 AND (o.status) IN ('paid')"
+            sqlite.count_sql(),
+            "SELECT COUNT(*) FROM orders o LEFT JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
+             WHERE (o.tenant_id) = 'ten_''acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.total_cents) >= 110 AND (o.status) IN ('paid')"
         );
         assert_eq!(plan.columns.len(), 3);
     }
 
     #[test]
+    fn free_text_of_a_request_is_a_bound_parameter_never_part_of_the_sql() {
+        let catalog = crate::catalog::parse(
+            "t.toml",
+            r#"
+[[report]]
+name = "tickets"
+from = "tickets t"
+tenant = "t.org"
+key = "t.id"
+time = { sql = "t.opened_at" }
+columns = [{ name = "id", sql = "t.id", type = "integer" }, { name = "fee", sql = "t.fee", type = "money", currency = "t.cur" }]
+filters = [
+  { name = "subject", sql = "t.subject", type = "equals", of = "text" },
+  { name = "min_fee", sql = "t.fee", type = "at_least", of = "money", currency = "t.cur" },
+]
+"#,
+        )
+        .unwrap();
+        let report = catalog.report("tickets").unwrap();
+        let mut request = ExportRequest::new("tickets");
+        request.filters.insert("subject".into(), serde_json::json!("x' OR 1=1 --"));
+        request.filters.insert("min_fee".into(), serde_json::json!(1.5));
+        for backend in [DbBackend::Postgres, DbBackend::Sqlite] {
+            let plan = Plan::new(report, &request, &resolved(&["id", "fee"]), "org-1", backend).unwrap();
+            let sql = plan.rows_sql();
+            assert!(!sql.contains("OR 1=1"), "{sql}");
+            assert_eq!(plan.params(), &[("exportd.f_subject".to_owned(), "x' OR 1=1 --".to_owned())]);
+            assert!(sql.contains("THEN 2 WHEN") && sql.contains("THEN 1500") && sql.contains("ELSE 150 END"), "money in the row's places: {sql}");
+            assert_eq!(plan.extra_fields(), 1, "the fee's currency follows the file's columns");
+        }
+        let pg = Plan::new(report, &request, &resolved(&["id"]), "org-1", DbBackend::Postgres).unwrap();
+        assert!(pg.rows_sql().contains("(t.subject) = current_setting('exportd.f_subject')"));
+        assert!(pg.rows_sql().contains("(t.opened_at) >= CAST(E'2026-01-01T00:00:00Z' AS TIMESTAMPTZ)"));
+    }
+
+    #[test]
     fn a_part_is_read_as_its_last_key_then_the_bounded_range_up_to_it() {
         let request = ExportRequest::new("orders");
-        let plan = Plan::new(&ORDERS, &request, &resolved(&["order_id", "customer_name"]), "ten_acme").unwrap();
+        let plan = Plan::new(&orders(), &request, &resolved(&["order_id", "customer_name"]), "ten_acme", DbBackend::Postgres).unwrap();
         let part = plan.part(KeyRange { after: Some(1000), max_key: 9000, limit: 500 });
+        let from = "FROM orders o LEFT JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
+                    WHERE (o.tenant_id) = E'ten_acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.id) > 1000";
+        assert_eq!(part.part_end_sql().unwrap(), format!("SELECT CAST((o.id) AS BIGINT) {from} AND (o.id) <= 9000 ORDER BY o.id ASC LIMIT 1 OFFSET 499"));
         assert_eq!(
-            part.part_end_sql(DbBackend::Postgres).unwrap(),
-            "SELECT o.id FROM \"orders\" AS \"o\" WHERE (o.tenant_id) = 'ten_acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 \
-             AND (o.id) > 1000 AND (o.id) <= 9000 ORDER BY o.id ASC LIMIT 1 OFFSET 499"
+            part.part_rows_sql(4321),
+            format!("SELECT CAST((o.id) AS BIGINT), CAST((c.name) AS TEXT), CAST((o.id) AS BIGINT) {from} AND (o.id) <= 4321 ORDER BY o.id ASC LIMIT 500")
         );
-        assert_eq!(
-            part.part_rows_sql(DbBackend::Postgres, 4321),
-            "SELECT o.id, c.name, o.id FROM \"orders\" AS \"o\" INNER JOIN \"customers\" AS \"c\" ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
-             WHERE (o.tenant_id) = 'ten_acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.id) > 1000 AND (o.id) <= 4321 ORDER BY o.id ASC LIMIT 500"
-        );
-        assert!(plan.part_end_sql(DbBackend::Postgres).is_none(), "a whole export has no part end");
+        assert!(plan.part_end_sql().is_none(), "a whole export has no part end");
         let first = plan.part(KeyRange { after: None, max_key: 9000, limit: 500 });
-        assert!(!first.part_end_sql(DbBackend::Sqlite).unwrap().contains("> "), "the first part starts at the first key");
+        assert!(!first.part_end_sql().unwrap().contains("> "), "the first part starts at the first key");
     }
 
     #[test]
@@ -946,7 +1225,7 @@ mod tests {
             stream.extend_from_slice(text.as_bytes());
         }
         stream.extend_from_slice(&(-1i16).to_be_bytes());
-        let columns = [ORDERS.column("total").unwrap(), ORDERS.column("notes").unwrap()];
+        let columns = [Cell { name: "total".into(), read: Read::Money(None) }, Cell { name: "notes".into(), read: Read::Text }];
         for split in [1, 3, 7, stream.len()] {
             let mut decoder = CopyBinary::default();
             let mut csv = CsvEncoder::new(false, &["total", "notes"]).unwrap();

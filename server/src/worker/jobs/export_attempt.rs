@@ -5,7 +5,7 @@
 use crate::auth::load_active_actor;
 use crate::auth::AuthVia;
 use crate::entities::jobs;
-use crate::exports::reports::ReportSpec;
+use crate::catalog::Report;
 use crate::job_store::authority::Authority;
 use crate::job_store::transitions::{self, Artifact, Refusal};
 use crate::job_store::Mover;
@@ -135,13 +135,18 @@ impl Attempt<'_> {
 
     /// SPEC §2's "authorised", on a fresh read: the actor exists, is active, is of the job's
     /// tenant, and their role may export these columns.
-    pub(super) async fn authorised(&self, report: &ReportSpec, columns: &[String]) -> Result<(), Stop> {
+    pub(super) async fn authorised(&self, report: &Report, columns: &[String]) -> Result<(), Stop> {
         let actor = load_active_actor(&self.ctx.db, &self.job.actor_id, AuthVia::Token).await.map_err(Stop::internal)?;
-        let needs_pii = report.needs_pii(columns).unwrap_or(true);
         match actor {
-            Some(a) if a.tenant_id == self.job.tenant_id && a.role.may_export_contract(needs_pii) => Ok(()),
+            Some(a) if a.tenant_id == self.job.tenant_id && report.covers(a.role, columns) => Ok(()),
             _ => Err(Stop::Revoked),
         }
+    }
+
+    /// The job's report in this worker's catalog. A worker claims only jobs whose schema
+    /// version its catalog holds, so a report that is not there is a defect, not a retry.
+    pub(super) fn report(&self) -> Result<&Report, Stop> {
+        self.ctx.config.catalog.report(&self.job.report).ok_or_else(|| Stop::internal(format!("unknown report {:?}", self.job.report)))
     }
 
     /// Streams the snapshot as CSV into the upload, hashing and counting as it goes. A stop (a

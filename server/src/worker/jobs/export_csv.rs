@@ -7,7 +7,7 @@
 //! database — and a SIGTERM does so until the file is published.
 
 use crate::entities::jobs;
-use crate::exports::reports::find_report;
+use crate::entities::tenants::source_id_of as tenant_source_id;
 use crate::exports::view::{request_of, resolved_of};
 use crate::job_store::authority::Authority;
 use crate::job_store::transitions::{self, Artifact};
@@ -55,12 +55,14 @@ impl Attempt<'_> {
         let job = self.job;
         self.fault("after_claim")?;
         self.checkpoint()?;
-        let report = find_report(&job.report).ok_or_else(|| Stop::internal(format!("unknown report {:?}", job.report)))?;
+        let report = self.report()?;
         let request = request_of(job).map_err(Stop::internal)?;
         let resolved = resolved_of(job).map_err(Stop::internal)?;
-        let authority = Authority::Export { needs_pii: report.needs_pii(&resolved.columns).ok_or_else(|| Stop::internal("a resolved column left the registry"))? };
+        let needs_pii = report.needs_pii(&resolved.columns).ok_or_else(|| Stop::internal("a resolved column left the catalog"))?;
+        let authority = Authority::Export { needs_pii, roles: report.roles };
         self.authorised(report, &resolved.columns).await?;
-        let plan = Plan::new(report, &request, &resolved, &job.tenant_id).map_err(Stop::internal)?;
+        let source_id = tenant_source_id(&self.ctx.db, &job.tenant_id).await.map_err(Stop::internal)?;
+        let plan = Plan::new(report, &request, &resolved, &source_id, self.ctx.snapshots.backend()).map_err(Stop::internal)?;
         match request.consistency {
             Consistency::Snapshot => self.one_file(plan, authority, request.options.compression).await,
             Consistency::Checkpointed => super::export_parts::run(self, plan, authority, &request, &resolved).await,

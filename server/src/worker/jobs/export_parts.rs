@@ -14,7 +14,6 @@ use super::attempt::Stop;
 use super::export_attempt::{Attempt, PartRead, Staged};
 use crate::entities::jobs;
 use crate::service::canonical::canonical_json;
-use crate::exports::reports::find_report;
 use crate::exports::parts::{self, PartRecord, PartsPlan};
 use crate::job_store::authority::Authority;
 use crate::job_store::checkpoints;
@@ -30,7 +29,7 @@ use sha2::{Digest, Sha256};
 pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, request: &ExportRequest, resolved: &ResolvedContract) -> Result<Box<jobs::Model>, Stop> {
     let job = a.job;
     let started = std::time::Instant::now();
-    let report = find_report(&job.report).ok_or_else(|| Stop::internal(format!("unknown report {:?}", job.report)))?;
+    let report = a.report()?;
     let fixed = fix_plan(a, &plan).await?;
     a.lease.counted(fixed.rows_total);
     let checkpointed = checkpoints::of_job(&a.ctx.db, &job.id).await.map_err(Stop::internal)?;
