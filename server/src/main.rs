@@ -96,6 +96,21 @@ fn checked_catalog(file: Option<&str>) -> Result<(String, exportd::catalog::Cata
     exportd::catalog::Catalog::load(file.as_deref()).map_err(|errors| reported(&name, &errors))
 }
 
+/// Runs the catalog's SQL on its source (`EXPORTD_SOURCE_URL`, else the job store's database,
+/// already migrated), as `catalog check` does: a process refuses to start on an error, or on a
+/// source that does not answer.
+async fn checked_on_source(config: &Config, name: &str) -> Result<(), String> {
+    let url = config.source_url.as_deref().unwrap_or(&config.database_url);
+    let source = db::connect(url).await.map_err(|e| format!("source unreachable: {e}"))?;
+    let errors = exportd::catalog::source::check(&source, name, &config.catalog).await;
+    source.close().await.ok();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(reported(name, &errors))
+    }
+}
+
 /// Prints every error of the catalog `name` on stderr, and says how many there were.
 fn reported(name: &str, errors: &[exportd::catalog::CatalogError]) -> String {
     for error in errors {
@@ -120,9 +135,12 @@ async fn run(cli: Cli) -> Result<(), String> {
         return Ok(());
     }
     let mut config = Config::from_args(&cli.global).map_err(|e| e.to_string())?;
+    let mut catalog_name = exportd::catalog::DEMO_NAME.to_owned();
     if let Command::Serve { .. } | Command::Worker { .. } = &cli.command {
         // A process refuses to start on a catalog with an error, before it takes any job.
-        config.catalog = Arc::new(checked_catalog(None)?.1);
+        let (name, catalog) = checked_catalog(None)?;
+        config.catalog = Arc::new(catalog);
+        catalog_name = name;
     }
     let config = Arc::new(config);
     // Long-running commands stop gracefully on SIGTERM, even one that arrives during start-up.
@@ -241,6 +259,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let stores = Arc::new(exportd::storage::Stores::new(config.clone()));
             {
                 let db = connect().await?;
+                checked_on_source(&config, &catalog_name).await?;
                 let deployments = if worker.deployments.is_empty() {
                     operations::known_deployments(&db).await.map_err(|e| format!("database: {e}"))?
                 } else {
@@ -272,6 +291,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Serve { bind, no_worker, worker } => {
             let db = connect().await?;
+            checked_on_source(&config, &catalog_name).await?;
             let clock: SharedClock = Arc::new(SystemClock);
             let state = AppState::new(db.clone(), config.clone(), clock).await.map_err(|e| format!("database: {e}"))?;
             // The API reads every deployment's files (downloads), whatever its worker serves.

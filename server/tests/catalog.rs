@@ -84,8 +84,9 @@ fn serve_and_worker_refuse_to_start_on_a_catalog_with_an_error() {
 
 
 /// A catalog whose TOML is right but whose SQL the source refuses: a column that does not exist,
-/// a key with no unique index, a table that does not exist, a dataset's stored column that does
-/// not exist and a dataset key with no unique index.
+/// a column whose type does not fit the source's (epoch milliseconds declared a date), a key with
+/// no unique index, a table that does not exist, a dataset's stored column that does not exist
+/// and a dataset key with no unique index.
 const WRONG_FOR_THE_SOURCE: &str = r#"[[report]]
 name = "orders_by_customer"
 from = "orders o"
@@ -95,6 +96,7 @@ time = { sql = "o.placed_at", unit = "ms" }
 columns = [
   { name = "id", sql = "o.id", type = "integer" },
   { name = "nope", sql = "o.no_such_column", type = "text" },
+  { name = "when", sql = "o.placed_at", type = "date" },
 ]
 
 [[report]]
@@ -137,15 +139,23 @@ on_both_backends!(catalog_check_runs_each_sql_with_limit_0_on_the_source_and_fin
     let expected = [
         (format!("{path}:9:26: "), "column \"nope\" fails on the source"),
         (format!("{path}:5:7: "), "no unique index on orders.customer_id"),
-        (format!("{path}:14:8: "), "`from` fails on the source"),
-        (format!("{path}:25:88: "), "column \"no_such\" fails on the source"),
-        (format!("{path}:24:35: "), "no unique index on orders(notes)"),
+        (format!("{path}:10:26: "), "column \"when\" is "),
+        (format!("{path}:15:8: "), "`from` fails on the source"),
+        (format!("{path}:26:88: "), "column \"no_such\" fails on the source"),
+        (format!("{path}:25:35: "), "no unique index on orders(notes)"),
     ];
     for (place, message) in &expected {
         assert!(stderr.lines().any(|l| l.starts_with(place.as_str()) && l.contains(message)), "expected {place}{message} in {stderr}");
     }
-    assert!(stderr.contains("5 errors in the catalog"), "{stderr}");
+    assert!(stderr.contains("6 errors in the catalog"), "{stderr}");
     assert_eq!(check_against(&app, &["catalog", "check", &path, "--offline"], &[]).await.0, 0, "offline, the SQL is not run");
+
+    // `serve` and `worker` run the same check when they start, and refuse to.
+    for args in [&["serve", "--bind", "127.0.0.1:0"][..], &["worker"][..]] {
+        let (code, stderr) = check_against(&app, args, &[("EXPORTD_CATALOG", &path), ("EXPORTD_STORE", &format!("file://{}/objects", folder.path().display()))]).await;
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(stderr.lines().any(|l| l.starts_with(&format!("{path}:10:26: "))), "{args:?}: {stderr}");
+    }
 
     let (code, stderr) = check_against(&app, &["catalog", "check"], &[("EXPORTD_SOURCE_URL", "postgres://postgres@127.0.0.1:1/nowhere")]).await;
     assert!(code == 1 && stderr.contains("source unreachable"), "{code} {stderr}");

@@ -433,19 +433,33 @@ on_both_backends!(a_duplicate_delivery_of_a_finished_job_changes_nothing, |backe
     app.stop().await;
 });
 
+/// The demo's catalog, but its `orders.placed_at` column reads an instant past the year 9999,
+/// which no RFC 3339 cell can carry.
+static BEYOND_THE_CALENDAR: std::sync::LazyLock<std::sync::Arc<exportd::catalog::Catalog>> = std::sync::LazyLock::new(|| {
+    let demo = exportd::catalog::DEMO.replace(r#"{ name = "placed_at", sql = "o.placed_at","#, r#"{ name = "placed_at", sql = "o.placed_at * 1000","#);
+    assert_ne!(demo, exportd::catalog::DEMO, "the demo's placed_at column is where this test expects it");
+    std::sync::Arc::new(exportd::catalog::parse("beyond.toml", &demo).expect("reads"))
+});
+
 on_both_backends!(data_that_cannot_be_written_as_the_file_promises_fails_the_export_at_once_without_retries, |backend| {
-    let app = app_with_worker(backend, 200).await;
+    // The data the file cannot carry: text that is not UTF-8 (SQLite stores what it is given), or
+    // on PostgreSQL, which stores no such text, an instant outside the calendar. (A NULL is an
+    // empty cell: written, not refused.)
+    let app = TestApp::start(Options {
+        worker: true,
+        orders: 200,
+        adjust: |config| {
+            if config.database_url.starts_with("postgres") {
+                config.catalog = BEYOND_THE_CALENDAR.clone();
+            }
+        },
+        ..Options::new(backend)
+    })
+    .await;
     let bob = app.login("bob@acme.test").await;
-    // One order's notes the file cannot carry: text that is not UTF-8 (SQLite stores what it is
-    // given), or no value at all where the report promises one (PostgreSQL, once the column
-    // allows it).
     let first = "(SELECT MIN(id) FROM orders WHERE tenant_id = 'ten_acme')";
-    match backend {
-        support::Backend::Sqlite => app.exec(&format!("UPDATE orders SET notes = CAST(X'C328' AS TEXT) WHERE id = {first}")).await,
-        support::Backend::Postgres => {
-            app.exec("ALTER TABLE orders ALTER COLUMN notes DROP NOT NULL").await;
-            app.exec(&format!("UPDATE orders SET notes = NULL WHERE id = {first}")).await;
-        }
+    if backend == support::Backend::Sqlite {
+        app.exec(&format!("UPDATE orders SET notes = CAST(X'C328' AS TEXT) WHERE id = {first}")).await;
     }
     let id = create_id(&app, &bob, "unwritable", &everything("orders")).await;
     let done = app.wait_terminal(&bob, &id, Duration::from_secs(30)).await;

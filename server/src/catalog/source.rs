@@ -1,9 +1,12 @@
 //! The half of a catalog's check that needs its source database (contract §12): every report's
 //! `from`, `tenant`, `key`, `time.sql`, columns and filters run with `LIMIT 0`, every dataset's
 //! table and stored columns likewise, and each key has a unique index on it (alone, or with the
-//! tenant column). Each error is placed at the value in the file. Nothing is written.
+//! tenant column). Each report column's type must fit what the source gives: on PostgreSQL by the
+//! result's column type ([`pg_fits`]), on SQLite by the storage class of the first value that is
+//! not NULL, if any ([`sqlite_fits`]). Each error is placed at the value in the file. Nothing is
+//! written.
 
-use super::{Catalog, CatalogError, Place};
+use super::{Catalog, CatalogError, ColumnType, Place, TimeUnit};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
 /// Checks `catalog` (read from `file`) against the source `db`; every error found.
@@ -22,6 +25,23 @@ pub async fn check(db: &DatabaseConnection, file: &str, catalog: &Catalog) -> Ve
         for (at, name, sql) in expressions {
             if let Err(e) = runs(db, &format!("SELECT {sql} FROM {} LIMIT 0", report.from)).await {
                 fail(at, format!("{what}: {name} fails on the source: {e}"));
+            }
+        }
+        // What each typed expression must give: the columns, the time, and money's currencies.
+        let mut typed: Vec<(Place, String, &String, ColumnType)> = report.columns.iter().map(|c| (c.at, format!("column {:?}", c.name), &c.sql, c.ty.clone())).collect();
+        typed.push((report.at.time, "`time.sql`".to_owned(), &report.time_sql, ColumnType::Timestamp { unit: report.time_unit }));
+        for c in &report.columns {
+            if let ColumnType::Money { currency: Some(currency) } = &c.ty {
+                typed.push((c.at, format!("column {:?}'s currency", c.name), currency, ColumnType::Text));
+            }
+        }
+        for (at, name, sql, ty) in typed {
+            match source_type(db, sql, &report.from).await {
+                Ok(Some(found)) if !fits(db.get_database_backend(), &ty, &found, name.ends_with("currency")) => {
+                    fail(at, format!("{what}: {name} is {} on the source, which does not fit its type {}", found, type_name(&ty)));
+                }
+                // A failing expression was reported above.
+                _ => {}
             }
         }
         match main_table(&report.from).and_then(|(table, alias)| Some((table, column_of(&report.key, &alias)?, column_of(&report.tenant, &alias)))) {
@@ -59,6 +79,77 @@ pub async fn check(db: &DatabaseConnection, file: &str, catalog: &Catalog) -> Ve
         }
     }
     errors
+}
+
+/// The type the source gives `sql` over `from`: on PostgreSQL the result column's type name
+/// (`INT8`, `TEXT`, …), on SQLite the storage class of its first value that is not NULL
+/// (`integer`, `real`, `text`, `blob`), `None` when every value is NULL or there is no row.
+async fn source_type(db: &DatabaseConnection, sql: &str, from: &str) -> Result<Option<String>, String> {
+    match db.get_database_backend() {
+        DbBackend::Postgres => {
+            use sea_orm::sqlx::{Column, Executor, SqlSafeStr, Statement as _, TypeInfo};
+            let pool = db.get_postgres_connection_pool();
+            let query = sea_orm::sqlx::AssertSqlSafe(format!("SELECT {sql} FROM {from} LIMIT 0")).into_sql_str();
+            let prepared = pool.prepare(query).await.map_err(|e| e.to_string())?;
+            Ok(prepared.columns().first().map(|c| c.type_info().name().to_owned()))
+        }
+        backend => {
+            let row = db
+                .query_one_raw(Statement::from_string(backend, format!("SELECT typeof({sql}) FROM {from} WHERE ({sql}) IS NOT NULL LIMIT 1")))
+                .await
+                .map_err(first_line)?;
+            Ok(row.and_then(|r| r.try_get_by_index::<String>(0).ok()))
+        }
+    }
+}
+
+/// Whether a PostgreSQL result type fits a catalog type: the types the export casts from
+/// without losing what the type means (docs/catalog.md lists them).
+pub fn pg_fits(ty: &ColumnType, found: &str) -> bool {
+    let is = |names: &[&str]| names.contains(&found);
+    match ty {
+        // Every type has a text form.
+        ColumnType::Text => true,
+        ColumnType::Integer | ColumnType::Money { .. } | ColumnType::Timestamp { unit: TimeUnit::Ms } => is(&["INT2", "INT4", "INT8"]),
+        ColumnType::Decimal { .. } => is(&["NUMERIC", "INT2", "INT4", "INT8", "FLOAT4", "FLOAT8"]),
+        ColumnType::Date => is(&["DATE", "TIMESTAMP", "TIMESTAMPTZ"]),
+        ColumnType::Timestamp { unit: TimeUnit::Instant } => is(&["TIMESTAMP", "TIMESTAMPTZ"]),
+        ColumnType::Boolean => is(&["BOOL"]),
+    }
+}
+
+/// Whether a SQLite storage class fits a catalog type (the classes the export reads).
+pub fn sqlite_fits(ty: &ColumnType, class: &str) -> bool {
+    let is = |classes: &[&str]| classes.contains(&class);
+    match ty {
+        ColumnType::Text => is(&["text", "integer", "real"]),
+        ColumnType::Integer | ColumnType::Money { .. } | ColumnType::Timestamp { unit: TimeUnit::Ms } => is(&["integer"]),
+        ColumnType::Decimal { .. } => is(&["integer", "real", "text"]),
+        ColumnType::Date | ColumnType::Timestamp { unit: TimeUnit::Instant } => is(&["text"]),
+        ColumnType::Boolean => is(&["integer", "text"]),
+    }
+}
+
+fn fits(backend: DbBackend, ty: &ColumnType, found: &str, currency: bool) -> bool {
+    match backend {
+        // A currency is a code: text, not any type's text form.
+        DbBackend::Postgres if currency => ["TEXT", "VARCHAR", "BPCHAR", "NAME"].contains(&found),
+        DbBackend::Postgres => pg_fits(ty, found),
+        _ => sqlite_fits(ty, found),
+    }
+}
+
+fn type_name(ty: &ColumnType) -> &'static str {
+    match ty {
+        ColumnType::Text => "text",
+        ColumnType::Integer => "integer",
+        ColumnType::Decimal { .. } => "decimal",
+        ColumnType::Money { .. } => "money",
+        ColumnType::Date => "date",
+        ColumnType::Timestamp { unit: TimeUnit::Instant } => "timestamp",
+        ColumnType::Timestamp { unit: TimeUnit::Ms } => "timestamp (ms)",
+        ColumnType::Boolean => "boolean",
+    }
 }
 
 /// Runs `sql`; the first line of the database's message when it fails.
@@ -180,6 +271,21 @@ mod tests {
         assert_eq!(column_of("o.id", "o"), Some("id".into()));
         assert_eq!(column_of("c.id", "o"), None);
         assert_eq!(column_of("lower(o.email)", "o"), None);
+    }
+
+    #[test]
+    fn a_column_fits_the_source_types_its_export_reads_and_no_other() {
+        let ms = ColumnType::Timestamp { unit: TimeUnit::Ms };
+        let instant = ColumnType::Timestamp { unit: TimeUnit::Instant };
+        assert!(pg_fits(&ColumnType::Text, "INT8"), "every type has a text form");
+        assert!(pg_fits(&ms, "INT8") && !pg_fits(&ms, "TIMESTAMPTZ"));
+        assert!(pg_fits(&instant, "TIMESTAMP") && !pg_fits(&instant, "INT8"));
+        assert!(pg_fits(&ColumnType::Decimal { scale: 2 }, "NUMERIC") && !pg_fits(&ColumnType::Decimal { scale: 2 }, "TEXT"));
+        assert!(!pg_fits(&ColumnType::Date, "INT8"));
+        assert!(pg_fits(&ColumnType::Boolean, "BOOL") && !pg_fits(&ColumnType::Boolean, "INT4"));
+        assert!(sqlite_fits(&ColumnType::Date, "text") && !sqlite_fits(&ColumnType::Date, "integer"));
+        assert!(sqlite_fits(&ColumnType::Money { currency: None }, "integer") && !sqlite_fits(&ColumnType::Money { currency: None }, "real"));
+        assert!(!sqlite_fits(&ColumnType::Integer, "blob"));
     }
 
     #[test]
