@@ -1,6 +1,8 @@
 import { defineConfig } from '@playwright/test';
 
 const port = Number(process.env.E2E_PORT ?? 3100);
+// A second server, on a catalog that is not the demo's (tests/catalog.spec.ts).
+const catalogPort = Number(process.env.E2E_CATALOG_PORT ?? 3101);
 
 export default defineConfig({
   testDir: './tests',
@@ -33,12 +35,22 @@ export default defineConfig({
     { name: 'en', use: { locale: 'en-US' } },
     { name: 'ar', use: { locale: 'ar' } },
   ],
-  webServer: {
-    command: 'bash ./start-server.sh',
-    url: `http://127.0.0.1:${port}/healthz`,
-    timeout: 300_000,
-    reuseExistingServer: false,
-    stdout: 'pipe',
-    stderr: 'pipe',
-  },
+  webServer: [
+    {
+      command: 'bash ./start-server.sh',
+      url: `http://127.0.0.1:${port}/healthz`,
+      timeout: 300_000,
+      reuseExistingServer: false,
+      stdout: 'pipe',
+      stderr: 'pipe',
+    },
+    {
+      command: 'bash ./start-catalog-server.sh',
+      url: `http://127.0.0.1:${catalogPort}/healthz`,
+      timeout: 300_000,
+      reuseExistingServer: false,
+      stdout: 'pipe',
+      stderr: 'pipe',
+    },
+  ],
 });

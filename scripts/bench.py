@@ -593,7 +593,7 @@ def main():
     p.add_argument("--admin-url", required=True)
     p.add_argument("--orders", type=int, default=1_000_000)
     p.add_argument("--out", required=True)
-    p.add_argument("--only", default="", help="imports: only the import figures, on PostgreSQL, written beside --out")
+    p.add_argument("--only", default="", help="imports: only the import figures, on PostgreSQL; exports: only the export figures, on both backends; written beside --out")
     ARGS = p.parse_args()
     if ARGS.only:
         ARGS.out = ARGS.out.removesuffix(".md") + f"-{ARGS.only}.md"
@@ -601,7 +601,7 @@ def main():
     pg_url = ARGS.admin_url.rsplit("/", 1)[0] + "/exportd_bench"
     subprocess.run(["psql", ARGS.admin_url, "-qX", "-c", "DROP DATABASE IF EXISTS exportd_bench WITH (FORCE)", "-c", "CREATE DATABASE exportd_bench"], check=True)
     backends = [Backend("PostgreSQL", pg_url, os.path.join(work, "pg")), Backend("SQLite", f"sqlite://{work}/sqlite/exportd.db", os.path.join(work, "sqlite"))]
-    if ARGS.only:
+    if ARGS.only == "imports":
         backends = backends[:1]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     try:
@@ -621,6 +621,9 @@ def main():
                 b.stop_all()
                 continue
             exports_figures(b, admin)
+            if ARGS.only == "exports":
+                b.stop_all()
+                continue
             latency_empty = create_latency(b, admin, "empty")
             # Both runs start with no active export (the per-actor limit counts them).
             b.sql("DELETE FROM job_events WHERE job_id IN (SELECT id FROM jobs WHERE status = 'queued'); DELETE FROM jobs WHERE status = 'queued'")

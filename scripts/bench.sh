@@ -7,6 +7,7 @@
 #   scripts/bench.sh                  # 1,000,000 orders per tenant
 #   BENCH_ORDERS=100000 scripts/bench.sh
 #   BENCH_ONLY=imports BENCH_ORDERS=1000 scripts/bench.sh   # the import figures alone
+#   BENCH_ONLY=exports scripts/bench.sh                     # the export figures alone, both backends
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$root/scripts/setup.sh" --test

@@ -491,22 +491,28 @@ fn request_of_form(s: PageSignals) -> ExportRequest {
     if f.checkpointed.get_untracked() {
         request.consistency = crate::model::Consistency::Checkpointed;
     }
+    // The chosen report's filters, each as the JSON of its type; an empty field leaves it out.
     let mut filters = BTreeMap::new();
-    let countries: Vec<serde_json::Value> =
-        f.countries.get_untracked().split(',').map(|c| c.trim().to_ascii_uppercase()).filter(|c| !c.is_empty()).map(Into::into).collect();
-    if !countries.is_empty() {
-        filters.insert("country".to_owned(), countries.into());
-    }
-    if report == "orders" {
-        let statuses = f.statuses.get_untracked();
-        if !statuses.is_empty() {
-            filters.insert("status".to_owned(), statuses.into_iter().map(serde_json::Value::from).collect::<Vec<_>>().into());
-        }
-        if let Some(v) = number_json(&f.min_total.get_untracked()) {
-            filters.insert("min_total".to_owned(), v);
-        }
-        if let Some(v) = number_json(&f.max_total.get_untracked()) {
-            filters.insert("max_total".to_owned(), v);
+    let declared = crate::page_catalog().reports.into_iter().find(|r| r.titled.name == report).map(|r| r.filters).unwrap_or_default();
+    let (texts, chosen) = (f.filters.get_untracked(), f.chosen.get_untracked());
+    for filter in declared {
+        let text = texts.get(&filter.name).map(|t| t.trim().to_owned()).unwrap_or_default();
+        let value: Option<serde_json::Value> = match (filter.test.as_str(), filter.of.as_deref()) {
+            ("one_of", _) => chosen.get(&filter.name).filter(|v| !v.is_empty()).map(|v| v.iter().cloned().map(serde_json::Value::from).collect::<Vec<_>>().into()),
+            ("countries", _) => {
+                let codes: Vec<serde_json::Value> = text.split(',').map(|c| c.trim().to_ascii_uppercase()).filter(|c| !c.is_empty()).map(Into::into).collect();
+                (!codes.is_empty()).then(|| codes.into())
+            }
+            (_, Some("integer" | "decimal" | "money")) => number_json(&text),
+            (_, Some("boolean")) => match text.as_str() {
+                "true" => Some(true.into()),
+                "false" => Some(false.into()),
+                _ => None,
+            },
+            _ => (!text.is_empty()).then(|| text.into()),
+        };
+        if let Some(value) = value {
+            filters.insert(filter.name, value);
         }
     }
     request.filters = filters;

@@ -81,10 +81,8 @@ pub(crate) fn trouble_text(i18n: I18n, trouble: &Trouble) -> String {
     }
 }
 
-/// Order statuses the orders report can be filtered by.
-pub const ORDER_STATUSES: [&str; 4] = ["paid", "pending", "refunded", "cancelled"];
-
-/// An order status's label in the page's language; the value sent stays the report's name.
+/// A listed filter value's label in the page's language: the demo's order statuses are
+/// translated, any other value is shown as it is; the value sent stays the catalog's.
 pub(crate) fn order_status_label(i18n: I18n, status: &str) -> String {
     match status {
         "paid" => td_string!(i18n.get_locale(), order_paid).to_string(),

@@ -319,7 +319,7 @@ pub fn section(i18n: I18n, page: PageSignals) -> AnyView {
         state: RwSignal::new(ImportState::Idle),
         trouble: RwSignal::new(None),
         notice: RwSignal::new(None),
-        dataset: RwSignal::new("customers".to_owned()),
+        dataset: RwSignal::new(crate::page_catalog().datasets.first().map(|d| d.name.clone()).unwrap_or_default()),
         on_error: RwSignal::new(OnError::Abort),
         chosen: RwSignal::new(None),
         uploading: RwSignal::new(None),
@@ -377,8 +377,10 @@ fn view(i18n: I18n, lane: Imports) -> impl IntoView {
                 <label>{move || td_string!(i18n.get_locale(), dataset)}
                     <select name="dataset" data-testid="import-dataset" prop:value=move || lane.dataset.get()
                         on:change=move |ev| lane.dataset.set(event_target_value(&ev))>
-                        <option value="customers">{move || td_string!(i18n.get_locale(), dataset_customers)}</option>
-                        <option value="orders">{move || td_string!(i18n.get_locale(), dataset_orders)}</option>
+                        {crate::page_catalog().datasets.into_iter().map(|d| {
+                            let value = d.name.clone();
+                            view! { <option value=value>{move || d.title(leptos_i18n::Locale::as_str(i18n.get_locale())).to_owned()}</option> }
+                        }).collect_view()}
                     </select>
                 </label>
                 <label>{move || td_string!(i18n.get_locale(), import_file)}

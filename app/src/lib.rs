@@ -38,6 +38,49 @@ fn session_json() -> Option<String> {
     serde_json::to_string(&session.0).ok().map(|json| json.replace('<', "\\u003c"))
 }
 
+/// What the page's forms offer (`PageCatalog`), put by the server in the extensions of a request
+/// for the page.
+#[cfg(feature = "ssr")]
+#[derive(Debug, Clone)]
+pub struct PageCatalogOf(pub std::sync::Arc<PageCatalog>);
+
+/// The id of the `<script type="application/json">` in the page's head that carries the
+/// [`PageCatalog`]: the page renders its forms from it, on the server and in the browser alike.
+pub const CATALOG_ELEMENT: &str = "exportd-catalog";
+
+/// The page's catalog as JSON for a `<script>` element, `<` written `\u003c`.
+#[cfg(feature = "ssr")]
+fn catalog_json() -> Option<String> {
+    serde_json::to_string(&page_catalog()).ok().map(|json| json.replace('<', "\\u003c"))
+}
+
+/// What the page's forms offer: on the server, from the request; in the browser, from the page's
+/// head, where the server wrote it.
+pub fn page_catalog() -> PageCatalog {
+    #[cfg(feature = "ssr")]
+    {
+        use_context::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<PageCatalogOf>().map(|c| (*c.0).clone()))
+            .unwrap_or_default()
+    }
+    #[cfg(all(feature = "hydrate", not(feature = "ssr")))]
+    {
+        thread_local! {
+            static READ: PageCatalog = web_sys::window()
+                .and_then(|w| w.document())
+                .and_then(|d| d.get_element_by_id(CATALOG_ELEMENT))
+                .and_then(|e| e.text_content())
+                .and_then(|json| serde_json::from_str(&json).ok())
+                .unwrap_or_default();
+        }
+        READ.with(Clone::clone)
+    }
+    #[cfg(not(any(feature = "ssr", feature = "hydrate")))]
+    {
+        PageCatalog::default()
+    }
+}
+
 /// The paths of the build's files that the page's head names (each named by its hash when the
 /// build hashed its files).
 #[derive(Debug, Clone)]
@@ -66,6 +109,10 @@ pub fn shell(options: LeptosOptions, files: PageFiles) -> impl IntoView {
     #[cfg(not(feature = "ssr"))]
     let session: Option<()> = None;
     #[cfg(feature = "ssr")]
+    let catalog = catalog_json().map(|json| view! { <script type="application/json" id=CATALOG_ELEMENT inner_html=json></script> });
+    #[cfg(not(feature = "ssr"))]
+    let catalog: Option<()> = None;
+    #[cfg(feature = "ssr")]
     let locale = language::requested();
     #[cfg(not(feature = "ssr"))]
     let locale = i18n::Locale::default();
@@ -81,6 +128,7 @@ pub fn shell(options: LeptosOptions, files: PageFiles) -> impl IntoView {
                 <title>"exportd"</title>
                 <AutoReload options/>
                 {session}
+                {catalog}
                 <link rel="modulepreload" href=files.js.to_string()/>
                 <link rel="preload" href=files.wasm.to_string() r#as="fetch" r#type="application/wasm" crossorigin=""/>
                 <script type="module" inner_html=hydration_script(&files)></script>

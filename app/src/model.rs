@@ -367,6 +367,60 @@ pub struct ExportList {
     pub next_cursor: Option<String>,
 }
 
+/// What the page's forms offer, from the server's catalog: its reports with their filters, and
+/// its datasets, each with its titles. The server writes it into the page, so a new report in the
+/// catalog needs no change to the page.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageCatalog {
+    /// The reports, in the catalog's order.
+    pub reports: Vec<PageReport>,
+    /// The datasets, in the catalog's order.
+    pub datasets: Vec<PageTitled>,
+}
+
+/// A name and its titles.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageTitled {
+    /// The name in requests.
+    pub name: String,
+    /// The English title, if any.
+    pub en: Option<String>,
+    /// The Arabic title, if any.
+    pub ar: Option<String>,
+}
+
+impl PageTitled {
+    /// The title in `language` (`ar` or `en`): that one, else English, else the name.
+    pub fn title(&self, language: &str) -> &str {
+        let translated = if language == "ar" { self.ar.as_deref() } else { None };
+        translated.or(self.en.as_deref()).unwrap_or(&self.name)
+    }
+}
+
+/// A report the export form offers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageReport {
+    /// Its name and titles.
+    #[serde(flatten)]
+    pub titled: PageTitled,
+    /// Its filters, in the catalog's order.
+    pub filters: Vec<PageFilter>,
+}
+
+/// A filter the export form offers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageFilter {
+    /// Its name in requests.
+    pub name: String,
+    /// `one_of`, `countries`, `equals`, `at_least` or `at_most`.
+    pub test: String,
+    /// The type of its one value (`text`, `integer`, `decimal`, `money`, `date`, `boolean`), for
+    /// the tests that take one.
+    pub of: Option<String>,
+    /// The values a `one_of` filter offers.
+    pub values: Vec<String>,
+}
+
 /// The signed-in user, as `GET /api/session` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]

@@ -11,7 +11,8 @@ use leptos::prelude::*;
 use crate::format::*;
 use crate::page_state::*;
 
-fn field_error(errors: RwSignal<Vec<ProblemField>>, pointer: &'static str, name: &'static str) -> impl IntoView {
+fn field_error(errors: RwSignal<Vec<ProblemField>>, pointer: impl Into<String>, name: impl Into<String>) -> impl IntoView {
+    let (pointer, name) = (pointer.into(), name.into());
     move || {
         errors.get().into_iter().find(|e| e.pointer == pointer || e.pointer.starts_with(&format!("{pointer}/"))).map(|e| {
             view! { <span class="field-error" id=format!("error-{name}") data-testid=format!("error-{name}") role="alert">{e.detail}</span> }
@@ -19,24 +20,95 @@ fn field_error(errors: RwSignal<Vec<ProblemField>>, pointer: &'static str, name:
     }
 }
 
-/// The pointers the form shows beside a field; any other goes above the form.
-const FIELD_POINTERS: [&str; 8] =
-    ["/report", "/time_range/from", "/time_range/to", "/timezone", "/filters/status", "/filters/country", "/filters/min_total", "/filters/max_total"];
+/// The pointers the form shows beside a field (and every filter's, under `/filters/`); any other
+/// goes above the form.
+const FIELD_POINTERS: [&str; 5] = ["/report", "/time_range/from", "/time_range/to", "/timezone", "/filters"];
+
+/// A filter's label: the page's own words for the demo's filters, else its name.
+fn filter_label(i18n: crate::language::I18n, name: &str) -> String {
+    match name {
+        "status" => td_string!(i18n.get_locale(), status_filter).to_string(),
+        "country" => td_string!(i18n.get_locale(), countries).to_string(),
+        "min_total" => td_string!(i18n.get_locale(), min_total).to_string(),
+        "max_total" => td_string!(i18n.get_locale(), max_total).to_string(),
+        other => other.replace('_', " "),
+    }
+}
+
+/// The fields of one filter of the chosen report.
+fn filter_field(i18n: crate::language::I18n, f: FormSignals, filter: crate::model::PageFilter) -> impl IntoView {
+    let name = filter.name.clone();
+    let label = { let name = name.clone(); move || filter_label(i18n, &name) };
+    let pointer = format!("/filters/{name}");
+    if filter.test == "one_of" {
+        let boxes = filter.values.iter().map(|value| {
+            let (value, name, on_name) = (value.clone(), name.clone(), name.clone());
+            let (shown, checked_value, on_value) = (value.clone(), value.clone(), value.clone());
+            view! {
+                <label class="check">
+                    <input type="checkbox" name=name.clone() value=value.clone()
+                        prop:checked=move || f.chosen.get().get(&name).is_some_and(|v| v.iter().any(|x| *x == checked_value))
+                        on:change=move |ev| {
+                            let on = event_target_checked(&ev);
+                            f.chosen.update(|chosen| {
+                                let values = chosen.entry(on_name.clone()).or_default();
+                                values.retain(|x| *x != on_value);
+                                if on { values.push(on_value.clone()); }
+                            });
+                        }/>
+                    {move || order_status_label(i18n, &shown)}
+                </label>
+            }
+        }).collect_view();
+        return view! {
+            <div class="statuses" role="group" aria-label=label>
+                {boxes}
+                {field_error(f.errors, pointer, name.clone())}
+            </div>
+        }.into_any();
+    }
+    let (input_type, step) = match filter.of.as_deref() {
+        Some("money" | "decimal") => ("number", Some("0.01")),
+        Some("integer") => ("number", Some("1")),
+        Some("date") => ("date", None),
+        _ => ("text", None),
+    };
+    let (value_name, input_name) = (name.clone(), name.clone());
+    if filter.of.as_deref() == Some("boolean") {
+        return view! {
+            <label>{label}
+                <select name=input_name prop:value=move || f.filters.get().get(&value_name).cloned().unwrap_or_default()
+                    on:change={ let name = name.clone(); move |ev| f.filters.update(|v| { v.insert(name.clone(), event_target_value(&ev)); }) }>
+                    <option value="">"—"</option>
+                    <option value="true">"true"</option>
+                    <option value="false">"false"</option>
+                </select>
+                {field_error(f.errors, pointer, name.clone())}
+            </label>
+        }.into_any();
+    }
+    view! {
+        <label>{label}
+            <input type=input_type name=input_name step=step prop:value=move || f.filters.get().get(&value_name).cloned().unwrap_or_default()
+                on:input={ let name = name.clone(); move |ev| f.filters.update(|v| { v.insert(name.clone(), event_target_value(&ev)); }) }/>
+            {field_error(f.errors, pointer, name.clone())}
+        </label>
+    }.into_any()
+}
 
 /// The one page of the app.
 #[component]
 pub fn ExportPage() -> impl IntoView {
     let i18n = crate::language::use_language();
+    let catalog = StoredValue::new(crate::page_catalog());
     let form = FormSignals {
-        report: RwSignal::new("orders".to_owned()),
+        report: RwSignal::new(catalog.with_value(|c| c.reports.first().map(|r| r.titled.name.clone()).unwrap_or_default())),
         range: RwSignal::new("last_7_days".to_owned()),
         from: RwSignal::new(String::new()),
         to: RwSignal::new(String::new()),
         timezone: RwSignal::new("UTC".to_owned()),
-        statuses: RwSignal::new(Vec::new()),
-        countries: RwSignal::new(String::new()),
-        min_total: RwSignal::new(String::new()),
-        max_total: RwSignal::new(String::new()),
+        filters: RwSignal::new(Default::default()),
+        chosen: RwSignal::new(Default::default()),
         bom: RwSignal::new(false),
         checkpointed: RwSignal::new(false),
         gzip: RwSignal::new(false),
@@ -138,8 +210,10 @@ pub fn ExportPage() -> impl IntoView {
                     <label>{move || td_string!(i18n.get_locale(), report)}
                         <select name="report" prop:value=move || f.report.get()
                             on:change=move |ev| f.report.set(event_target_value(&ev))>
-                            <option value="orders">{move || td_string!(i18n.get_locale(), report_orders)}</option>
-                            <option value="customers">{move || td_string!(i18n.get_locale(), report_customers)}</option>
+                            {catalog.with_value(|c| c.reports.iter().map(|r| {
+                                let (titled, value) = (r.titled.clone(), r.titled.name.clone());
+                                view! { <option value=value>{move || titled.title(leptos_i18n::Locale::as_str(i18n.get_locale())).to_owned()}</option> }
+                            }).collect_view())}
                         </select>
                         {field_error(f.errors, "/report", "report")}
                     </label>
@@ -174,44 +248,13 @@ pub fn ExportPage() -> impl IntoView {
                 </label>
                 <fieldset class="filters">
                     <legend>{move || td_string!(i18n.get_locale(), filters)}</legend>
-                    {move || (f.report.get() == "orders").then(|| view! {
-                        <div class="statuses" role="group" aria-label=move || td_string!(i18n.get_locale(), status_filter).to_string()>
-                            {ORDER_STATUSES.iter().map(|st| {
-                                let st = *st;
-                                view! {
-                                    <label class="check">
-                                        <input type="checkbox" name="status" value=st
-                                            prop:checked=move || f.statuses.get().iter().any(|x| x == st)
-                                            on:change=move |ev| {
-                                                let on = event_target_checked(&ev);
-                                                f.statuses.update(|v| { v.retain(|x| x != st); if on { v.push(st.to_owned()); } });
-                                            }/>
-                                        {move || order_status_label(i18n, st)}
-                                    </label>
-                                }
-                            }).collect_view()}
-                            {field_error(f.errors, "/filters/status", "status")}
-                        </div>
-                    })}
-                    <label>{move || td_string!(i18n.get_locale(), countries)}
-                        <input type="text" name="country" prop:value=move || f.countries.get()
-                            on:input=move |ev| f.countries.set(event_target_value(&ev))/>
-                        {field_error(f.errors, "/filters/country", "country")}
-                    </label>
-                    {move || (f.report.get() == "orders").then(|| view! {
-                        <div class="row">
-                            <label>{move || td_string!(i18n.get_locale(), min_total)}
-                                <input type="number" name="min_total" step="0.01" prop:value=move || f.min_total.get()
-                                    on:input=move |ev| f.min_total.set(event_target_value(&ev))/>
-                                {field_error(f.errors, "/filters/min_total", "min_total")}
-                            </label>
-                            <label>{move || td_string!(i18n.get_locale(), max_total)}
-                                <input type="number" name="max_total" step="0.01" prop:value=move || f.max_total.get()
-                                    on:input=move |ev| f.max_total.set(event_target_value(&ev))/>
-                                {field_error(f.errors, "/filters/max_total", "max_total")}
-                            </label>
-                        </div>
-                    })}
+                    {move || {
+                        let report = f.report.get();
+                        catalog.with_value(|c| c.reports.iter().find(|r| r.titled.name == report).map(|r| r.filters.clone()).unwrap_or_default())
+                            .into_iter()
+                            .map(|filter| filter_field(i18n, f, filter))
+                            .collect_view()
+                    }}
                 </fieldset>
                 <div class="options">
                 <label class="check">

@@ -74,14 +74,11 @@ pub struct FormSignals {
     pub to: RwSignal<String>,
     /// The IANA timezone (the browser's until changed).
     pub timezone: RwSignal<String>,
-    /// Order statuses to keep (none = all).
-    pub statuses: RwSignal<Vec<String>>,
-    /// Country codes, comma separated.
-    pub countries: RwSignal<String>,
-    /// Smallest order total.
-    pub min_total: RwSignal<String>,
-    /// Largest order total.
-    pub max_total: RwSignal<String>,
+    /// The text of each filter's field, by the filter's name (a `countries` filter's codes comma
+    /// separated); an empty field leaves the filter out.
+    pub filters: RwSignal<std::collections::BTreeMap<String, String>>,
+    /// The values chosen of each `one_of` filter, by its name (none = all).
+    pub chosen: RwSignal<std::collections::BTreeMap<String, Vec<String>>>,
     /// Start the file with a BOM.
     pub bom: RwSignal<bool>,
     /// Read and deliver it in parts that resume (`consistency: checkpointed`).

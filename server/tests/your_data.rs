@@ -149,6 +149,26 @@ on_both_backends!(a_catalog_report_over_a_schema_that_is_not_the_demos_exports_e
     assert_eq!(lines(&since), vec![HEADER, ROW_30]);
 });
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_is_given_the_catalogs_reports_with_their_titles_and_filters_and_its_datasets() {
+    let app = app_with_visits(Backend::Sqlite).await;
+    let page = app.anonymous().get(app.url("/")).send().await.unwrap().text().await.unwrap();
+    let start = page.find(r#"id="exportd-catalog">"#).expect("the page carries its catalog") + r#"id="exportd-catalog">"#.len();
+    let json = &page[start..start + page[start..].find("</script>").expect("the element ends")];
+    let catalog: app::PageCatalog = serde_json::from_str(json).expect("the page's catalog reads");
+    assert_eq!(catalog.reports.len(), 1, "the catalog's reports, not the demo's: {json}");
+    let visits = &catalog.reports[0];
+    assert_eq!((visits.titled.title("ar"), visits.titled.title("en")), ("الزيارات", "Visits"));
+    let filters: Vec<(&str, &str, Option<&str>)> = visits.filters.iter().map(|f| (f.name.as_str(), f.test.as_str(), f.of.as_deref())).collect();
+    assert_eq!(
+        filters,
+        vec![("clinic", "equals", Some("text")), ("paid", "equals", Some("boolean")), ("min_fee", "at_least", Some("money")), ("currency", "one_of", None), ("since", "at_least", Some("date"))]
+    );
+    assert_eq!(visits.filters[3].values, vec!["SAR", "KWD", "JPY"]);
+    assert!(catalog.datasets.is_empty(), "the test's catalog declares no dataset");
+    app.stop().await;
+}
+
 on_both_backends!(a_catalog_report_is_validated_and_authorised_by_its_own_declaration, |backend| {
     let app = app_with_visits(backend).await;
     let alice = app.login("alice@acme.test").await;

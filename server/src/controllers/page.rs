@@ -94,6 +94,46 @@ impl PageBackend for PageFunctions {
     }
 }
 
+/// What the page's forms offer from `catalog`: each report's name, titles and filters, and each
+/// dataset's name and titles.
+pub fn page_catalog(catalog: &crate::catalog::Catalog) -> app::PageCatalog {
+    use crate::catalog::{FilterTest, FilterValue, Title};
+    let titled = |name: &str, title: &Title| app::PageTitled { name: name.to_owned(), en: title.en.clone(), ar: title.ar.clone() };
+    let of_name = |of: &FilterValue| {
+        match of {
+            FilterValue::Text => "text",
+            FilterValue::Integer => "integer",
+            FilterValue::Decimal => "decimal",
+            FilterValue::Money { .. } => "money",
+            FilterValue::Date => "date",
+            FilterValue::Boolean => "boolean",
+        }
+        .to_owned()
+    };
+    let reports = catalog
+        .reports
+        .iter()
+        .map(|r| app::PageReport {
+            titled: titled(&r.name, &r.title),
+            filters: r
+                .filters
+                .iter()
+                .map(|f| {
+                    let (test, of, values) = match &f.test {
+                        FilterTest::OneOf { values } => ("one_of", None, values.clone()),
+                        FilterTest::Countries => ("countries", None, Vec::new()),
+                        FilterTest::Equals { of } => ("equals", Some(of_name(of)), Vec::new()),
+                        FilterTest::AtLeast { of } => ("at_least", Some(of_name(of)), Vec::new()),
+                        FilterTest::AtMost { of } => ("at_most", Some(of_name(of)), Vec::new()),
+                    };
+                    app::PageFilter { name: f.name.clone(), test: test.to_owned(), of, values }
+                })
+                .collect(),
+        })
+        .collect();
+    app::PageCatalog { reports, datasets: catalog.datasets.iter().map(|d| titled(&d.name, &d.title)).collect() }
+}
+
 /// Puts who is signed in into the extensions of a request for the page (`app::PageSession`), so
 /// that the shell hands it to the page, which then learns it without a round trip of its own. A
 /// lookup that fails for another reason than "nobody" (a busy database) puts nothing: the page then
@@ -108,6 +148,7 @@ pub async fn find_page_session(
         return next.run(req).await;
     }
     let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(app::PageCatalogOf(std::sync::Arc::new(page_catalog(&state.config.catalog))));
     match Actor::from_request_parts(&mut parts, &state).await {
         Ok(actor) => {
             parts.extensions.insert(app::PageSession(Some(super::session::session_view(actor))));
