@@ -1,5 +1,5 @@
 //! The snapshot an export is written from (SPEC §5.4): one read transaction in which the rows
-//! are counted and read by a single query built from the report registry (on PostgreSQL the
+//! are counted and read by a single query built from the catalog's report (on PostgreSQL the
 //! count runs beside the rows, in a second transaction that imports the first one's snapshot). The file shows
 //! the data as of the worker's snapshot, whatever changes meanwhile.
 //!
