@@ -133,7 +133,8 @@ pub fn sqlite_fits(ty: &ColumnType, class: &str) -> bool {
 fn fits(backend: DbBackend, ty: &ColumnType, found: &str, currency: bool) -> bool {
     match backend {
         // A currency is a code: text, not any type's text form.
-        DbBackend::Postgres if currency => ["TEXT", "VARCHAR", "BPCHAR", "NAME"].contains(&found),
+        // sqlx names `bpchar` (`CHAR(n)`) `CHAR`.
+        DbBackend::Postgres if currency => ["TEXT", "VARCHAR", "CHAR", "BPCHAR", "NAME"].contains(&found),
         DbBackend::Postgres => pg_fits(ty, found),
         _ => sqlite_fits(ty, found),
     }
@@ -286,6 +287,8 @@ mod tests {
         assert!(sqlite_fits(&ColumnType::Date, "text") && !sqlite_fits(&ColumnType::Date, "integer"));
         assert!(sqlite_fits(&ColumnType::Money { currency: None }, "integer") && !sqlite_fits(&ColumnType::Money { currency: None }, "real"));
         assert!(!sqlite_fits(&ColumnType::Integer, "blob"));
+        assert!(fits(DbBackend::Postgres, &ColumnType::Text, "CHAR", true), "a currency kept as CHAR(3)");
+        assert!(!fits(DbBackend::Postgres, &ColumnType::Text, "INT4", true), "a currency is a code, not a number");
     }
 
     #[test]

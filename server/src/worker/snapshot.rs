@@ -170,13 +170,39 @@ pub struct Plan {
     /// The select list: the file's columns, then the currencies of its money columns.
     select: Vec<String>,
     from: String,
+    /// The `FROM` clause the rows are counted over ([`counted_from`]).
+    count_from: String,
     conditions: Vec<String>,
     /// The rows' key (the report's order): a part's rows are read by it.
     key: String,
     /// For a part of a checkpointed export: its rows.
     part: Option<KeyRange>,
-    /// Bound text values: their parameter names and values.
-    params: Vec<(String, String)>,
+    /// The request's filter values, bound: their parameter names and values.
+    params: Vec<(String, Bound)>,
+}
+
+/// A request value bound to a query: SQLite binds it as it is; PostgreSQL's `COPY` takes no
+/// parameters, so the read sets each as a setting of its transaction (`set_config`) and the query
+/// reads it back with `current_setting`, cast to its type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Bound {
+    /// Text (a text value, a date, a JSON list of listed values).
+    Text(String),
+    /// A whole number (minor units, an integer).
+    Int(i64),
+    /// A number (a decimal).
+    Real(f64),
+}
+
+impl Bound {
+    /// The value as text, as `set_config` takes it.
+    fn setting(&self) -> String {
+        match self {
+            Bound::Text(text) => text.clone(),
+            Bound::Int(n) => n.to_string(),
+            Bound::Real(x) => format!("{x:?}"),
+        }
+    }
 }
 
 /// An amount in minor units of `places`: a whole number of them as written (1.10 → 110, despite
@@ -273,7 +299,8 @@ impl Plan {
             let filter = report.filter(name).ok_or_else(|| format!("{} has no filter {name:?}", report.name))?;
             conditions.push(filter_condition(backend, filter, value, &mut params)?);
         }
-        Ok(Plan { columns, bom: request.options.bom, backend, select, from: report.from.clone(), conditions, key: report.key.clone(), part: None, params })
+        let count_from = counted_from(&report.from, &conditions);
+        Ok(Plan { columns, bom: request.options.bom, backend, select, from: report.from.clone(), count_from, conditions, key: report.key.clone(), part: None, params })
     }
 
     /// The plan of one part: the same rows, in `range`, each with its key after the file's
@@ -298,7 +325,11 @@ impl Plan {
     }
 
     fn query(&self, select: &str, extra: Option<String>, order: bool, limit: Option<(u64, u64)>) -> String {
-        let mut sql = format!("SELECT {select} FROM {} WHERE {}", self.from, self.conditions.join(" AND "));
+        self.query_from(&self.from, select, extra, order, limit)
+    }
+
+    fn query_from(&self, from: &str, select: &str, extra: Option<String>, order: bool, limit: Option<(u64, u64)>) -> String {
+        let mut sql = format!("SELECT {select} FROM {from} WHERE {}", self.conditions.join(" AND "));
         if let Some(extra) = extra {
             sql.push_str(" AND ");
             sql.push_str(&extra);
@@ -319,7 +350,7 @@ impl Plan {
     /// none when fewer rows are left; within `max_key`.
     pub fn part_end_sql(&self) -> Option<String> {
         let range = self.part?;
-        Some(self.query(&self.key_read(), Some(format!("({}) <= {}", self.key, range.max_key)), true, Some((1, range.limit.saturating_sub(1)))))
+        Some(self.query_from(&self.count_from, &self.key_read(), Some(format!("({}) <= {}", self.key, range.max_key)), true, Some((1, range.limit.saturating_sub(1)))))
     }
 
     /// A part's rows up to `end` (its last key, or the export's highest one), in key order.
@@ -331,7 +362,7 @@ impl Plan {
     /// The query that gives the highest key and the number of the export's rows, in one
     /// snapshot: what a checkpointed export fixes at its first claim.
     pub fn bounds_sql(&self) -> String {
-        self.query(&format!("MAX({}), COUNT(*)", self.key_read()), None, false, None)
+        self.query_from(&self.count_from, &format!("MAX({}), COUNT(*)", self.key_read()), None, false, None)
     }
 
     /// The fields a row of the query has beyond the file's columns (currencies, a part's key).
@@ -341,7 +372,7 @@ impl Plan {
 
     /// The query that counts the rows.
     pub fn count_sql(&self) -> String {
-        self.query("COUNT(*)", None, false, None)
+        self.query_from(&self.count_from, "COUNT(*)", None, false, None)
     }
 
     /// The query that reads the rows, in file order.
@@ -349,8 +380,8 @@ impl Plan {
         self.query(&self.select.join(", "), None, true, None)
     }
 
-    /// The bound text values: parameter names and values.
-    pub fn params(&self) -> &[(String, String)] {
+    /// The bound values: parameter names and values.
+    pub fn params(&self) -> &[(String, Bound)] {
         &self.params
     }
 
@@ -360,54 +391,136 @@ impl Plan {
     }
 }
 
-/// The condition of one filter with the request's `value` (already validated).
-fn filter_condition(backend: DbBackend, filter: &Filter, value: &serde_json::Value, params: &mut Vec<(String, String)>) -> Result<String, String> {
+/// The `FROM` clause a count of the report's rows needs: its first table alone when every join
+/// after it is a `LEFT JOIN` and no condition names a joined table, else the whole clause. A
+/// `LEFT JOIN` drops no row of the first table, and a report's join never multiplies them (its
+/// key is unique per row; a file that had more rows than the count fails `invalid_data`), so the
+/// count is the same, read from the first table's index alone (SQLite does not drop such a join
+/// by itself: it cost a lookup per row, half of a 1M-row export's time on SQLite).
+fn counted_from(from: &str, conditions: &[String]) -> String {
+    let lower = from.to_ascii_lowercase();
+    let Some(at) = [" left join ", " left outer join "].iter().filter_map(|j| lower.find(j)).min() else {
+        return from.to_owned();
+    };
+    let (main, joins) = (from[..at].trim(), lower[at..].split_whitespace().collect::<Vec<_>>());
+    let words: Vec<&str> = main.split_whitespace().collect();
+    let single_table = match words.as_slice() {
+        [_] | [_, _] => true,
+        [_, as_, _] => as_.eq_ignore_ascii_case("as"),
+        _ => false,
+    };
+    if !single_table || main.contains(',') {
+        return from.to_owned();
+    }
+    let mut aliases = Vec::new();
+    for (i, word) in joins.iter().enumerate() {
+        if matches!(*word, "inner" | "cross" | "right" | "full" | "natural") {
+            return from.to_owned();
+        }
+        if *word == "join" {
+            let left = i >= 1 && (joins[i - 1] == "left" || (joins[i - 1] == "outer" && i >= 2 && joins[i - 2] == "left"));
+            let Some(table) = joins.get(i + 1).filter(|_| left) else { return from.to_owned() };
+            let alias = match joins.get(i + 2) {
+                Some(&"as") => joins.get(i + 3).copied().unwrap_or(table),
+                Some(&"on") | Some(&"using") | None => table,
+                Some(alias) => alias,
+            };
+            aliases.push(alias.to_owned());
+        }
+    }
+    let names = |condition: &String, alias: &str| {
+        let lower = condition.to_ascii_lowercase();
+        let needle = format!("{alias}.");
+        lower.match_indices(&needle).any(|(at, _)| at == 0 || !lower[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+    };
+    if conditions.iter().any(|c| aliases.iter().any(|a| names(c, a))) {
+        return from.to_owned();
+    }
+    main.to_owned()
+}
+
+/// The condition of one filter with the request's `value` (already validated). The value is
+/// bound (`params`), never written into the SQL; on PostgreSQL each is read back with
+/// `current_setting` and cast to the type it is compared as.
+fn filter_condition(backend: DbBackend, filter: &Filter, value: &serde_json::Value, params: &mut Vec<(String, Bound)>) -> Result<String, String> {
     let sql = &filter.sql;
     let pg = backend == DbBackend::Postgres;
-    let listed = |values: Vec<String>| values.iter().map(|v| literal(backend, v)).collect::<Vec<_>>().join(", ");
+    // The parameter `exportd.f_<filter>[_<suffix>]`: its placeholder in the SQL, once bound.
+    let mut bind = |suffix: &str, bound: Bound, cast: &str| {
+        let name = format!("f_{}{suffix}", filter.name);
+        params.push((format!("exportd.{name}"), bound));
+        match (pg, cast) {
+            (true, "TEXT") => format!("current_setting('exportd.{name}')"),
+            (true, cast) => format!("CAST(current_setting('exportd.{name}') AS {cast})"),
+            (false, _) => format!(":{name}"),
+        }
+    };
+    let not_a = |what: &str| format!("filter {} is not {what}", filter.name);
     let (of, op, round): (&FilterValue, &str, Option<fn(f64) -> f64>) = match &filter.test {
-        // Listed values are the catalog's own, or codes checked to be two capital letters.
-        FilterTest::OneOf { .. } | FilterTest::Countries => return Ok(format!("({sql}) IN ({})", listed(strings(value)))),
+        FilterTest::OneOf { .. } | FilterTest::Countries => {
+            let list = serde_json::to_string(&strings(value)).map_err(|e| e.to_string())?;
+            let list = bind("", Bound::Text(list), "JSON");
+            return Ok(if pg {
+                format!("CAST(({sql}) AS TEXT) IN (SELECT json_array_elements_text({list}))")
+            } else {
+                format!("({sql}) IN (SELECT value FROM json_each({list}))")
+            });
+        }
         FilterTest::Equals { of } => (of, "=", None),
         FilterTest::AtLeast { of } => (of, ">=", Some(f64::ceil)),
         FilterTest::AtMost { of } => (of, "<=", Some(f64::floor)),
     };
-    let number = || value.as_f64().filter(|n| n.is_finite()).ok_or_else(|| format!("filter {} is not a number", filter.name));
+    let number = || value.as_f64().filter(|n| n.is_finite()).ok_or_else(|| not_a("a number"));
     Ok(match of {
         FilterValue::Text => {
-            let text = value.as_str().ok_or_else(|| format!("filter {} is not text", filter.name))?;
-            let param = format!("exportd.f_{}", filter.name);
-            params.push((param.clone(), text.to_owned()));
-            if pg { format!("({sql}) {op} current_setting('{param}')") } else { format!("({sql}) {op} :f_{}", filter.name) }
+            let text = value.as_str().ok_or_else(|| not_a("text"))?;
+            let bound = bind("", Bound::Text(text.to_owned()), "TEXT");
+            // Compared as text whatever the column's type (a uuid, an enum), as SQLite does.
+            if pg { format!("CAST(({sql}) AS TEXT) {op} {bound}") } else { format!("({sql}) {op} {bound}") }
         }
-        FilterValue::Integer => format!("({sql}) {op} {}", value.as_i64().ok_or_else(|| format!("filter {} is not a whole number", filter.name))?),
-        FilterValue::Decimal => format!("({sql}) {op} {:?}", number()?),
-        FilterValue::Money { currency: None } => match to_minor(number()?, 2, round) {
-            Some(minor) => format!("({sql}) {op} {minor}"),
-            None => "1 = 0".to_owned(),
-        },
+        FilterValue::Integer => format!("({sql}) {op} {}", bind("", Bound::Int(value.as_i64().ok_or_else(|| not_a("a whole number"))?), "BIGINT")),
+        FilterValue::Decimal => {
+            let bound = bind("", Bound::Real(number()?), "NUMERIC");
+            // SQLite may keep a decimal as text, which would compare as text.
+            if pg { format!("({sql}) {op} {bound}") } else { format!("CAST(({sql}) AS REAL) {op} {bound}") }
+        }
+        // Minor units; an amount no whole number of them meets matches no row (NULL).
+        FilterValue::Money { currency: None } => {
+            let bound = match to_minor(number()?, 2, round) {
+                Some(minor) => bind("", Bound::Int(minor), "BIGINT"),
+                None => "CAST(NULL AS BIGINT)".to_owned(),
+            };
+            format!("({sql}) {op} {bound}")
+        }
         // Major units, converted per row by the row's currency.
         FilterValue::Money { currency: Some(currency) } => {
             let amount = number()?;
-            let bound = |places: u32| to_minor(amount, places, round).map_or("NULL".to_owned(), |m| m.to_string());
+            let mut minor = |places: u32| match to_minor(amount, places, round) {
+                Some(minor) => bind(&format!("_{places}"), Bound::Int(minor), "BIGINT"),
+                None => "CAST(NULL AS BIGINT)".to_owned(),
+            };
             let mut case = String::from("CASE");
             for places in PLACES_OTHER_THAN_TWO {
                 let codes = crate::iso_codes::currencies_with_places(places);
-                if !codes.is_empty() {
-                    case.push_str(&format!(" WHEN ({currency}) IN ({}) THEN {}", listed(codes.iter().map(|c| c.to_string()).collect()), bound(places)));
-                }
+                // The codes are ISO 4217's, from the code, not the request.
+                let listed = codes.iter().map(|c| literal(backend, c)).collect::<Vec<_>>().join(", ");
+                case.push_str(&format!(" WHEN ({currency}) IN ({listed}) THEN {}", minor(places)));
             }
-            format!("({sql}) {op} ({case} ELSE {} END)", bound(2))
+            format!("({sql}) {op} ({case} ELSE {} END)", minor(2))
         }
         FilterValue::Date => {
-            let day = literal(backend, value.as_str().ok_or_else(|| format!("filter {} is not a date", filter.name))?);
-            if pg { format!("CAST(({sql}) AS DATE) {op} CAST({day} AS DATE)") } else { format!("({sql}) {op} {day}") }
+            let day = bind("", Bound::Text(value.as_str().ok_or_else(|| not_a("a date"))?.to_owned()), "DATE");
+            // SQLite keeps a date as text, perhaps with a time after it: its first ten characters.
+            if pg { format!("CAST(({sql}) AS DATE) {op} {day}") } else { format!("substr(({sql}), 1, 10) {op} {day}") }
         }
         FilterValue::Boolean => {
-            let yes = value.as_bool().ok_or_else(|| format!("filter {} is not a boolean", filter.name))?;
-            match (pg, yes) {
-                (true, yes) => format!("({sql}) {op} {}", if yes { "TRUE" } else { "FALSE" }),
-                (false, yes) => format!("({sql}) {op} {}", i32::from(yes)),
+            let yes = value.as_bool().ok_or_else(|| not_a("a boolean"))?;
+            if pg {
+                format!("({sql}) {op} {}", bind("", Bound::Text(yes.to_string()), "BOOLEAN"))
+            } else {
+                // Kept as 0 and 1, or as the text false and true.
+                let (number, text) = (bind("", Bound::Int(i64::from(yes)), ""), bind("_text", Bound::Text(yes.to_string()), ""));
+                format!("({sql}) IN ({number}, {text})")
             }
         }
     })
@@ -642,18 +755,12 @@ async fn read_postgres(
     backends: &std::sync::Arc<tokio::sync::Mutex<Backends>>,
 ) -> Result<(), SnapshotError> {
     let mut conn = sqlx::Connection::begin(&mut **rows).await?;
-    read_only_snapshot(&mut conn, None, plan.params()).await?;
+    let read_at = read_only_snapshot(&mut conn, None, plan.params(), plan.part.is_some()).await?;
     let count_sql = plan.count_sql();
     // The count runs beside the rows, on a second connection that imports this transaction's
     // snapshot, when one is idle; otherwise first, on this one. Dropping the set stops it. A
     // part is not counted: it is known to hold at most its size.
     let mut counting = tokio::task::JoinSet::new();
-    let read_at: Option<i64> = match plan.part {
-        // The transaction's first statement takes its snapshot: its start is the moment the
-        // part shows.
-        Some(_) => Some(sqlx::query_scalar("SELECT CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000 AS BIGINT)").fetch_one(&mut *conn).await?),
-        None => None,
-    };
     let second = if read_at.is_none() { pool.try_acquire() } else { None };
     match second {
         Some(second) => {
@@ -724,21 +831,26 @@ async fn read_postgres(
 /// Makes the transaction just begun on `conn` a read-only REPEATABLE READ one, in the snapshot
 /// another transaction exported when `import` names one, with the plan's bound values `params`
 /// set for its statements (a COPY takes no parameters; its query reads them with
-/// `current_setting`).
-async fn read_only_snapshot(conn: &mut sqlx::PgConnection, import: Option<&str>, params: &[(String, String)]) -> Result<(), SnapshotError> {
+/// `current_setting`). With `read_at`, the moment the snapshot shows, epoch milliseconds by the
+/// database's clock: the start of its first statement, which takes the snapshot.
+async fn read_only_snapshot(conn: &mut sqlx::PgConnection, import: Option<&str>, params: &[(String, Bound)], read_at: bool) -> Result<Option<i64>, SnapshotError> {
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *conn).await?;
     if let Some(snapshot) = import {
         sqlx::query(sqlx::AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))).execute(&mut *conn).await?;
     }
     // A `timestamp without time zone` is read as UTC, whatever the role's default zone.
     sqlx::query("SET LOCAL TimeZone = 'UTC'").execute(&mut *conn).await?;
+    let moment = match read_at {
+        true => Some(sqlx::query_scalar("SELECT CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000 AS BIGINT)").fetch_one(&mut *conn).await?),
+        false => None,
+    };
     for (name, value) in params {
-        sqlx::query("SELECT set_config($1, $2, true)").bind(name).bind(value).execute(&mut *conn).await?;
+        sqlx::query("SELECT set_config($1, $2, true)").bind(name).bind(value.setting()).execute(&mut *conn).await?;
     }
     // JIT compiling this scan, join and sort costs more than it saves (about a tenth of a 1M-row
     // export, measured by scripts/bench.sh); it is the default above a cost threshold.
     sqlx::query("SET LOCAL jit = off").execute(&mut *conn).await?;
-    Ok(())
+    Ok(moment)
 }
 
 async fn count(conn: &mut sqlx::PgConnection, count_sql: String) -> Result<i64, SnapshotError> {
@@ -750,7 +862,7 @@ async fn count_in_snapshot(
     mut conn: Borrowed,
     snapshot: String,
     count_sql: String,
-    params: Vec<(String, String)>,
+    params: Vec<(String, Bound)>,
     tx: mpsc::Sender<Produced>,
     backends: std::sync::Arc<tokio::sync::Mutex<Backends>>,
 ) -> Result<(), SnapshotError> {
@@ -759,7 +871,7 @@ async fn count_in_snapshot(
             return Err(SnapshotError::Database(format!("unexpected snapshot id {snapshot:?}")));
         }
         let mut t = sqlx::Connection::begin(&mut *conn.conn).await?;
-        read_only_snapshot(&mut t, Some(&snapshot), &params).await?;
+        read_only_snapshot(&mut t, Some(&snapshot), &params, false).await?;
         let total = count(&mut t, count_sql).await?;
         t.commit().await?;
         Ok(total)
@@ -1057,12 +1169,16 @@ fn produce_sqlite(
     Ok(())
 }
 
-/// Binds the plan's text values to a SQLite statement, by name (`exportd.f_x` is `:f_x`).
-fn bind_sqlite(statement: &mut rusqlite::Statement<'_>, params: &[(String, String)]) -> Result<(), SnapshotError> {
+/// Binds the plan's values to a SQLite statement, by name (`exportd.f_x` is `:f_x`).
+fn bind_sqlite(statement: &mut rusqlite::Statement<'_>, params: &[(String, Bound)]) -> Result<(), SnapshotError> {
     for (name, value) in params {
         let name = format!(":{}", name.trim_start_matches("exportd."));
         if let Some(at) = statement.parameter_index(&name)? {
-            statement.raw_bind_parameter(at, value)?;
+            match value {
+                Bound::Text(text) => statement.raw_bind_parameter(at, text)?,
+                Bound::Int(n) => statement.raw_bind_parameter(at, n)?,
+                Bound::Real(x) => statement.raw_bind_parameter(at, x)?,
+            }
         }
     }
     Ok(())
@@ -1077,7 +1193,7 @@ pub async fn bounds(source: &Source, plan: &Plan) -> Result<(Option<i64>, i64), 
             let sql = plan.bounds_sql();
             let read: Result<(Option<i64>, i64), SnapshotError> = async {
                 let mut t = sqlx::Connection::begin(&mut *conn).await?;
-                read_only_snapshot(&mut t, None, plan.params()).await?;
+                read_only_snapshot(&mut t, None, plan.params(), false).await?;
                 let bounds = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&mut *t).await?;
                 t.commit().await?;
                 Ok(bounds)
@@ -1147,19 +1263,22 @@ mod tests {
             "SELECT CAST((o.id) AS BIGINT), CAST((c.name) AS TEXT), CAST((o.total_cents) AS BIGINT) \
              FROM orders o LEFT JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
              WHERE (o.tenant_id) = E'ten_''acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 \
-             AND (o.total_cents) >= 110 AND (o.status) IN (E'paid') ORDER BY o.id ASC"
+             AND (o.total_cents) >= CAST(current_setting('exportd.f_min_total') AS BIGINT) \
+             AND CAST((o.status) AS TEXT) IN (SELECT json_array_elements_text(CAST(current_setting('exportd.f_status') AS JSON))) ORDER BY o.id ASC"
         );
         let sqlite = Plan::new(&orders(), &request, &resolved(&["order_id"]), "ten_'acme", DbBackend::Sqlite).unwrap();
         assert_eq!(
             sqlite.count_sql(),
-            "SELECT COUNT(*) FROM orders o LEFT JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
-             WHERE (o.tenant_id) = 'ten_''acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.total_cents) >= 110 AND (o.status) IN ('paid')"
+            "SELECT COUNT(*) FROM orders o \
+             WHERE (o.tenant_id) = 'ten_''acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 \
+             AND (o.total_cents) >= :f_min_total AND (o.status) IN (SELECT value FROM json_each(:f_status))"
         );
+        assert_eq!(sqlite.params(), &[("exportd.f_min_total".to_owned(), Bound::Int(110)), ("exportd.f_status".to_owned(), Bound::Text(r#"["paid"]"#.to_owned()))]);
         assert_eq!(plan.columns.len(), 3);
     }
 
     #[test]
-    fn free_text_of_a_request_is_a_bound_parameter_never_part_of_the_sql() {
+    fn every_value_of_a_request_is_a_bound_parameter_never_part_of_the_sql() {
         let catalog = crate::catalog::parse(
             "t.toml",
             r#"
@@ -1184,14 +1303,40 @@ filters = [
         for backend in [DbBackend::Postgres, DbBackend::Sqlite] {
             let plan = Plan::new(report, &request, &resolved(&["id", "fee"]), "org-1", backend).unwrap();
             let sql = plan.rows_sql();
-            assert!(!sql.contains("OR 1=1"), "{sql}");
-            assert_eq!(plan.params(), &[("exportd.f_subject".to_owned(), "x' OR 1=1 --".to_owned())]);
-            assert!(sql.contains("THEN 2 WHEN") && sql.contains("THEN 1500") && sql.contains("ELSE 150 END"), "money in the row's places: {sql}");
+            assert!(!sql.contains("OR 1=1") && !sql.contains("1500"), "{sql}");
+            let bound: Vec<(&str, &Bound)> = plan.params().iter().map(|(n, v)| (n.as_str(), v)).collect();
+            assert_eq!(
+                bound,
+                vec![
+                    ("exportd.f_min_fee_0", &Bound::Int(2)),
+                    ("exportd.f_min_fee_3", &Bound::Int(1500)),
+                    ("exportd.f_min_fee_4", &Bound::Int(15000)),
+                    ("exportd.f_min_fee_2", &Bound::Int(150)),
+                    ("exportd.f_subject", &Bound::Text("x' OR 1=1 --".into())),
+                ],
+                "money in the row's places"
+            );
             assert_eq!(plan.extra_fields(), 1, "the fee's currency follows the file's columns");
         }
         let pg = Plan::new(report, &request, &resolved(&["id"]), "org-1", DbBackend::Postgres).unwrap();
-        assert!(pg.rows_sql().contains("(t.subject) = current_setting('exportd.f_subject')"));
+        assert!(pg.rows_sql().contains("CAST((t.subject) AS TEXT) = current_setting('exportd.f_subject')"));
         assert!(pg.rows_sql().contains("(t.opened_at) >= CAST(E'2026-01-01T00:00:00Z' AS TIMESTAMPTZ)"));
+    }
+
+    #[test]
+    fn rows_are_counted_on_the_first_table_alone_only_when_every_join_is_a_left_join_no_condition_needs() {
+        let conditions = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let from = "orders o LEFT JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id";
+        assert_eq!(counted_from(from, &conditions(&["(o.tenant_id) = 'a'", "(o.status) IN ('paid')"])), "orders o");
+        assert_eq!(counted_from(from, &conditions(&["(c.country) = 'SA'"])), from, "a condition on the joined table");
+        assert_eq!(counted_from(from, &conditions(&["(abc.x) = 1"])), "orders o", "`abc.` is not `c.`");
+        let inner = "orders o JOIN customers c ON c.id = o.customer_id";
+        assert_eq!(counted_from(inner, &[]), inner, "an inner join may drop rows");
+        let mixed = "orders o LEFT JOIN customers c ON c.id = o.customer_id JOIN regions r ON r.id = c.region";
+        assert_eq!(counted_from(mixed, &[]), mixed);
+        assert_eq!(counted_from("a, b LEFT JOIN c ON c.id = a.id", &[]), "a, b LEFT JOIN c ON c.id = a.id");
+        assert_eq!(counted_from("tickets AS t LEFT OUTER JOIN agents AS a ON a.id = t.agent", &conditions(&["(t.org) = 1"])), "tickets AS t");
+        assert_eq!(counted_from("tickets", &[]), "tickets");
     }
 
     #[test]
@@ -1199,9 +1344,10 @@ filters = [
         let request = ExportRequest::new("orders");
         let plan = Plan::new(&orders(), &request, &resolved(&["order_id", "customer_name"]), "ten_acme", DbBackend::Postgres).unwrap();
         let part = plan.part(KeyRange { after: Some(1000), max_key: 9000, limit: 500 });
-        let from = "FROM orders o LEFT JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id \
-                    WHERE (o.tenant_id) = E'ten_acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.id) > 1000";
-        assert_eq!(part.part_end_sql().unwrap(), format!("SELECT CAST((o.id) AS BIGINT) {from} AND (o.id) <= 9000 ORDER BY o.id ASC LIMIT 1 OFFSET 499"));
+        let filtered = "WHERE (o.tenant_id) = E'ten_acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000 AND (o.id) > 1000";
+        let from = format!("FROM orders o LEFT JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id {filtered}");
+        // The part's end is found on the first table's index alone.
+        assert_eq!(part.part_end_sql().unwrap(), format!("SELECT CAST((o.id) AS BIGINT) FROM orders o {filtered} AND (o.id) <= 9000 ORDER BY o.id ASC LIMIT 1 OFFSET 499"));
         assert_eq!(
             part.part_rows_sql(4321),
             format!("SELECT CAST((o.id) AS BIGINT), CAST((c.name) AS TEXT), CAST((o.id) AS BIGINT) {from} AND (o.id) <= 4321 ORDER BY o.id ASC LIMIT 500")
