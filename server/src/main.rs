@@ -102,12 +102,17 @@ fn checked_catalog(file: Option<&str>) -> Result<(String, exportd::catalog::Cata
 async fn checked_on_source(config: &Config, name: &str) -> Result<(), String> {
     let url = config.source_url.as_deref().unwrap_or(&config.database_url);
     let source = db::connect(url).await.map_err(|e| format!("source unreachable: {e}"))?;
-    let errors = exportd::catalog::source::check(&source, name, &config.catalog).await;
+    let checked = exportd::catalog::source::check(&source, name, &config.catalog).await;
     source.close().await.ok();
-    if errors.is_empty() {
+    // A source that is only busy (a lock held from elsewhere) is no reason not to start: what
+    // it could not check is said, and the process starts.
+    for unchecked in &checked.unchecked {
+        tracing::warn!(target: "exportd::lifecycle", "{unchecked}");
+    }
+    if checked.errors.is_empty() {
         Ok(())
     } else {
-        Err(reported(name, &errors))
+        Err(reported(name, &checked.errors))
     }
 }
 
@@ -126,9 +131,16 @@ async fn run(cli: Cli) -> Result<(), String> {
             // The source is the job store's own database unless EXPORTD_SOURCE_URL names another.
             let url = std::env::var("EXPORTD_SOURCE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| cli.global.database_url.clone());
             let source = db::connect(&url).await.map_err(|e| format!("source unreachable: {e}"))?;
-            let errors = exportd::catalog::source::check(&source, &name, &catalog).await;
-            if !errors.is_empty() {
-                return Err(reported(&name, &errors));
+            let checked = exportd::catalog::source::check(&source, &name, &catalog).await;
+            if !checked.errors.is_empty() {
+                return Err(reported(&name, &checked.errors));
+            }
+            // `catalog check` asked for an answer: a part it could not check is not a pass.
+            if !checked.unchecked.is_empty() {
+                for unchecked in &checked.unchecked {
+                    eprintln!("{unchecked}");
+                }
+                return Err(format!("{name}: the source was busy; {} check(s) could not run", checked.unchecked.len()));
             }
         }
         println!("{} report{} and {} dataset{}: no errors", catalog.reports.len(), if catalog.reports.len() == 1 { "" } else { "s" }, catalog.datasets.len(), if catalog.datasets.len() == 1 { "" } else { "s" });

@@ -9,14 +9,29 @@
 use super::{Catalog, CatalogError, ColumnType, Place, TimeUnit};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
+/// What the source said of a catalog.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// What the source refused: errors of the catalog.
+    pub errors: Vec<CatalogError>,
+    /// What could not be checked because the source was busy (a lock held past `lock_timeout`, a
+    /// statement past `statement_timeout`, no connection in time): not the catalog's fault, and
+    /// no reason for a process not to start.
+    pub unchecked: Vec<CatalogError>,
+}
+
 /// Checks `catalog` (read from `file`) against the source `db`; every error found.
-pub async fn check(db: &DatabaseConnection, file: &str, catalog: &Catalog) -> Vec<CatalogError> {
-    let mut errors = Vec::new();
-    let mut fail = |at: Place, message: String| errors.push(CatalogError { file: file.to_owned(), line: at.line, column: at.column, message });
+pub async fn check(db: &DatabaseConnection, file: &str, catalog: &Catalog) -> Checked {
+    let mut checked = Checked::default();
+    let place = |at: Place, message: String| CatalogError { file: file.to_owned(), line: at.line, column: at.column, message };
+    let mut fail = |at: Place, message: String, refusal: Option<&Refusal>| match refusal {
+        Some(r) if r.busy => checked.unchecked.push(place(at, format!("{message} (not checked: the source is busy)"))),
+        _ => checked.errors.push(place(at, message)),
+    };
     for report in &catalog.reports {
         let what = format!("report {:?}", report.name);
         if let Err(e) = runs(db, &format!("SELECT 1 FROM {} LIMIT 0", report.from)).await {
-            fail(report.at.from, format!("{what}: `from` fails on the source: {e}"));
+            fail(report.at.from, format!("{what}: `from` fails on the source: {e}"), Some(&e));
             continue;
         }
         let mut expressions = vec![(report.at.tenant, "`tenant`".to_owned(), &report.tenant), (report.at.key, "`key`".to_owned(), &report.key), (report.at.time, "`time.sql`".to_owned(), &report.time_sql)];
@@ -24,7 +39,7 @@ pub async fn check(db: &DatabaseConnection, file: &str, catalog: &Catalog) -> Ve
         expressions.extend(report.filters.iter().map(|f| (f.at, format!("filter {:?}", f.name), &f.sql)));
         for (at, name, sql) in expressions {
             if let Err(e) = runs(db, &format!("SELECT {sql} FROM {} LIMIT 0", report.from)).await {
-                fail(at, format!("{what}: {name} fails on the source: {e}"));
+                fail(at, format!("{what}: {name} fails on the source: {e}"), Some(&e));
             }
         }
         // What each typed expression must give: the columns, the time, and money's currencies.
@@ -38,18 +53,18 @@ pub async fn check(db: &DatabaseConnection, file: &str, catalog: &Catalog) -> Ve
         for (at, name, sql, ty) in typed {
             match source_type(db, sql, &report.from).await {
                 Ok(Some(found)) if !fits(db.get_database_backend(), &ty, &found, name.ends_with("currency")) => {
-                    fail(at, format!("{what}: {name} is {} on the source, which does not fit its type {}", found, type_name(&ty)));
+                    fail(at, format!("{what}: {name} is {} on the source, which does not fit its type {}", found, type_name(&ty)), None);
                 }
                 // A failing expression was reported above.
                 _ => {}
             }
         }
         match main_table(&report.from).and_then(|(table, alias)| Some((table, column_of(&report.key, &alias)?, column_of(&report.tenant, &alias)))) {
-            None => fail(report.at.key, format!("{what}: `key` must be a column of the first table in `from` (`alias.column`)")),
+            None => fail(report.at.key, format!("{what}: `key` must be a column of the first table in `from` (`alias.column`)"), None),
             Some((table, key, tenant)) => match unique_sets(db, &table).await {
-                Err(e) => fail(report.at.key, format!("{what}: the indexes of {table:?} could not be read: {e}")),
+                Err(e) => fail(report.at.key, format!("{what}: the indexes of {table:?} could not be read: {e}"), Some(&e)),
                 Ok(sets) if !is_unique(&sets, &[key.as_str()], tenant.as_deref()) => {
-                    fail(report.at.key, format!("{what}: no unique index on {table}.{key}, alone or with the tenant column"));
+                    fail(report.at.key, format!("{what}: no unique index on {table}.{key}, alone or with the tenant column"), None);
                 }
                 Ok(_) => {}
             },
@@ -58,27 +73,47 @@ pub async fn check(db: &DatabaseConnection, file: &str, catalog: &Catalog) -> Ve
     for dataset in &catalog.datasets {
         let what = format!("dataset {:?}", dataset.name);
         if let Err(e) = runs(db, &format!("SELECT 1 FROM {} LIMIT 0", dataset.table)).await {
-            fail(dataset.at, format!("{what}: `table` fails on the source: {e}"));
+            fail(dataset.at, format!("{what}: `table` fails on the source: {e}"), Some(&e));
             continue;
         }
         let mut columns: Vec<(Place, &String)> = dataset.columns.iter().map(|c| (c.at, &c.column)).collect();
         columns.extend(dataset.key.iter().map(|k| (k.at, &k.column)));
         for (at, column) in columns {
             if let Err(e) = runs(db, &format!("SELECT {column} FROM {} LIMIT 0", dataset.table)).await {
-                fail(at, format!("{what}: column {column:?} fails on the source: {e}"));
+                fail(at, format!("{what}: column {column:?} fails on the source: {e}"), Some(&e));
             }
         }
         let key: Vec<&str> = dataset.key.iter().map(|k| k.column.as_str()).collect();
         let at = dataset.key.first().map_or(dataset.at, |k| k.at);
         match unique_sets(db, &dataset.table).await {
-            Err(e) => fail(at, format!("{what}: the indexes of {:?} could not be read: {e}", dataset.table)),
+            Err(e) => fail(at, format!("{what}: the indexes of {:?} could not be read: {e}", dataset.table), Some(&e)),
             Ok(sets) if !is_unique(&sets, &key, Some(dataset.tenant.as_str())) => {
-                fail(at, format!("{what}: no unique index on {}({}), alone or with the tenant column", dataset.table, key.join(", ")));
+                fail(at, format!("{what}: no unique index on {}({}), alone or with the tenant column", dataset.table, key.join(", ")), None);
             }
             Ok(_) => {}
         }
     }
-    errors
+    checked
+}
+
+/// Why the source did not run a statement: the first line of its message, and whether it was
+/// only busy ([`crate::db::is_busy`]).
+#[derive(Debug)]
+pub struct Refusal {
+    message: String,
+    busy: bool,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<sea_orm::DbErr> for Refusal {
+    fn from(e: sea_orm::DbErr) -> Self {
+        Refusal { busy: crate::db::is_busy(&e), message: first_line(e) }
+    }
 }
 
 /// The type the source gives `sql` over `from`: on PostgreSQL the result column's type name
@@ -154,8 +189,8 @@ fn type_name(ty: &ColumnType) -> &'static str {
 }
 
 /// Runs `sql`; the first line of the database's message when it fails.
-async fn runs(db: &DatabaseConnection, sql: &str) -> Result<(), String> {
-    db.query_all_raw(Statement::from_string(db.get_database_backend(), sql.to_owned())).await.map(|_| ()).map_err(first_line)
+async fn runs(db: &DatabaseConnection, sql: &str) -> Result<(), Refusal> {
+    db.query_all_raw(Statement::from_string(db.get_database_backend(), sql.to_owned())).await.map(|_| ()).map_err(Refusal::from)
 }
 
 /// The first line of a database error's message.
@@ -209,10 +244,10 @@ fn is_unique(sets: &[Vec<String>], key: &[&str], tenant: Option<&str>) -> bool {
 }
 
 /// The column sets of `table`'s unique indexes, its primary key included.
-async fn unique_sets(db: &DatabaseConnection, table: &str) -> Result<Vec<Vec<String>>, String> {
+async fn unique_sets(db: &DatabaseConnection, table: &str) -> Result<Vec<Vec<String>>, Refusal> {
     let backend = db.get_database_backend();
     let read = |sql: String, values: Vec<sea_orm::Value>| async move {
-        db.query_all_raw(Statement::from_sql_and_values(backend, sql, values)).await.map_err(first_line)
+        db.query_all_raw(Statement::from_sql_and_values(backend, sql, values)).await.map_err(Refusal::from)
     };
     match backend {
         DbBackend::Postgres => {
