@@ -134,6 +134,9 @@ pub enum CatalogCommand {
         #[arg(long)]
         offline: bool,
     },
+    /// Creates in the source (EXPORTD_SOURCE_URL) the ledger table that imports into a source
+    /// apart from the job store need, `exportd_import_batches`; one that is there is kept.
+    MigrateSource,
 }
 
 /// A state an operator lists by: one of SPEC §4's (a usage error otherwise).

@@ -206,8 +206,13 @@ impl Config {
         }
     }
 
-    /// Where exports read the catalog's rows: the read-only URL, else the source, else the job
-    /// store's own database.
+    /// The source's URL when it is a database apart from the job store: imports then keep the
+    /// ledger of their batches in it (contract §12).
+    pub fn source_apart(&self) -> Option<&str> {
+        self.source_url.as_deref().filter(|url| *url != self.database_url)
+    }
+
+    /// The URL exports read: `EXPORTD_SOURCE_READ_URL`, else the source's, else the job store's.
     pub fn export_source_url(&self) -> &str {
         self.source_read_url.as_deref().or(self.source_url.as_deref()).unwrap_or(&self.database_url)
     }

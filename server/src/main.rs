@@ -103,7 +103,12 @@ async fn checked_on_source(config: &Config, name: &str) -> Result<(), String> {
     let url = config.source_url.as_deref().unwrap_or(&config.database_url);
     let source = db::connect(url).await.map_err(|e| format!("source unreachable: {e}"))?;
     let checked = exportd::catalog::source::check(&source, name, &config.catalog).await;
+    let ledger = match config.source_apart() {
+        Some(_) if !config.catalog.datasets.is_empty() => exportd::catalog::source::ledger_ready(&source).await,
+        _ => Ok(()),
+    };
     source.close().await.ok();
+    ledger?;
     // A source that is only busy (a lock held from elsewhere) is no reason not to start: what
     // it could not check is said, and the process starts.
     for unchecked in &checked.unchecked {
@@ -125,6 +130,17 @@ fn reported(name: &str, errors: &[exportd::catalog::CatalogError]) -> String {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
+    if let Command::Catalog { command: CatalogCommand::MigrateSource } = &cli.command {
+        let url = std::env::var("EXPORTD_SOURCE_URL").ok().filter(|u| !u.is_empty() && *u != cli.global.database_url);
+        let Some(url) = url else {
+            println!("the source is the job store's own database: imports need no ledger, and none was made");
+            return Ok(());
+        };
+        let source = db::connect(&url).await.map_err(|e| format!("source unreachable: {e}"))?;
+        exportd::catalog::source::migrate(&source).await.map_err(|e| format!("the ledger could not be made: {e}"))?;
+        println!("exportd_import_batches is in the source");
+        return Ok(());
+    }
     if let Command::Catalog { command: CatalogCommand::Check { file, offline } } = &cli.command {
         let (name, catalog) = checked_catalog(file.as_deref())?;
         if !offline {
@@ -134,6 +150,9 @@ async fn run(cli: Cli) -> Result<(), String> {
             let checked = exportd::catalog::source::check(&source, &name, &catalog).await;
             if !checked.errors.is_empty() {
                 return Err(reported(&name, &checked.errors));
+            }
+            if url != cli.global.database_url && !catalog.datasets.is_empty() {
+                exportd::catalog::source::ledger_ready(&source).await?;
             }
             // `catalog check` asked for an answer: a part it could not check is not a pass.
             if !checked.unchecked.is_empty() {

@@ -189,7 +189,7 @@ async fn a_row_lock_held_past_the_lock_timeout_is_waited_out_not_counted_as_a_re
     // The import's own UPDATE of the customer (a heartbeat waiting on the job's row, which the
     // batch holds, waits on a lock too).
     let waiting = "SELECT COALESCE(MAX((EXTRACT(EPOCH FROM query_start) * 1000000)::bigint), 0) FROM pg_stat_activity \
-                   WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE \"customers\" SET%'";
+                   WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE customers SET%'";
     let terminal = format!("SELECT COUNT(*) FROM jobs WHERE id = '{id}' AND status IN ('ready', 'failed', 'cancelled')");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut waits = std::collections::BTreeSet::new();

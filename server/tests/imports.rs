@@ -239,7 +239,7 @@ on_both_backends!(a_row_keeps_the_verdict_its_validation_gave_it_and_rows_the_da
         rows,
         vec![
             (2, String::new(), "refused".to_owned()),
-            (3, "customer_email".to_owned(), "unknown_customer".to_owned()),
+            (3, "customer_email".to_owned(), "unknown_reference".to_owned()),
             (4, String::new(), "refused".to_owned()),
             (5, String::new(), "refused".to_owned()),
             (6, String::new(), "refused".to_owned()),

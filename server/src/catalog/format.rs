@@ -182,6 +182,7 @@ pub fn parse(file: &str, text: &str) -> Result<Catalog, Vec<CatalogError>> {
     let authority_sql = raw.authority.map(|a| {
         let sql = a.into_inner().sql;
         check.not_empty(&sql, "`[authority] sql`");
+        check.placeholders(&sql, "`[authority] sql`", &["tenant", "subject"]);
         sql.into_inner()
     });
     if check.errors.is_empty() {
@@ -225,6 +226,19 @@ impl Check<'_> {
     }
 
     /// Checks that an SQL expression or a table is not blank.
+    /// Checks that `sql` uses only the placeholders `allowed` (contract §12).
+    fn placeholders(&mut self, sql: &S, what: &str, allowed: &[&str]) {
+        match super::placeholders::used(sql.get_ref()) {
+            Err(e) => self.at(sql.span(), format!("{what}: {e}")),
+            Ok(names) => {
+                if let Some(other) = names.iter().find(|n| !allowed.contains(&n.as_str())) {
+                    let list: Vec<String> = allowed.iter().map(|a| format!(":{a}")).collect();
+                    self.at(sql.span(), format!("{what}: :{other} has no value here; it may use {}", list.join(", ")));
+                }
+            }
+        }
+    }
+
     fn not_empty(&mut self, value: &S, what: &str) {
         if value.get_ref().trim().is_empty() {
             self.at(value.span(), format!("{what} is empty"));
@@ -493,6 +507,13 @@ impl Check<'_> {
         if d.columns.get_ref().is_empty() {
             self.at(d.columns.span(), format!("{what} has no columns"));
         }
+        for c in d.columns.get_ref() {
+            if let Some(currency) = c.get_ref().currency.as_ref().filter(|_| c.get_ref().ty.get_ref() == "money") {
+                if !names.contains(currency.get_ref()) {
+                    self.at(currency.span(), format!("{what}: column {:?}: `currency` names the column of the file that gives the row's currency, and {:?} is not one", c.get_ref().name.get_ref(), currency.get_ref()));
+                }
+            }
+        }
         let columns: Vec<DatasetColumn> = d.columns.into_inner().into_iter().filter_map(|c| self.dataset_column(c.into_inner(), &what, keys)).collect();
         for ignored in &d.ignore {
             if names.contains(ignored.get_ref()) {
@@ -501,6 +522,7 @@ impl Check<'_> {
         }
         if let Some(after) = &d.after_batch {
             self.not_empty(after, &format!("{what}: `after_batch`"));
+            self.placeholders(after, &format!("{what}: `after_batch`"), &["tenant", "keys", "refs"]);
         }
         let table_at = self.place(d.table.span());
         Some(Dataset {

@@ -7,6 +7,7 @@
 //! `catalog/demo.toml` is the built-in catalog ([`DEMO`]): the demo's `orders` and `customers`.
 
 pub mod format;
+pub mod placeholders;
 pub mod source;
 
 pub use format::{parse, CatalogError};

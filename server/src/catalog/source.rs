@@ -140,6 +140,27 @@ async fn source_type(db: &DatabaseConnection, sql: &str, from: &str) -> Result<O
 
 /// Whether a PostgreSQL result type fits a catalog type: the types the export casts from
 /// without losing what the type means (docs/catalog.md lists them).
+/// The ledger of import batches a source apart from the job store keeps (contract §12): one
+/// row per applied batch, inserted first in the batch's transaction.
+pub const LEDGER_TABLE: &str = "CREATE TABLE IF NOT EXISTS exportd_import_batches (job_id VARCHAR(64) NOT NULL, first_record BIGINT NOT NULL, last_record BIGINT NOT NULL, counts TEXT NOT NULL, PRIMARY KEY (job_id, first_record))";
+
+/// Creates the ledger in the source (`exportd catalog migrate-source`); a ledger that is there
+/// is left as it is.
+pub async fn migrate(db: &DatabaseConnection) -> Result<(), sea_orm::DbErr> {
+    db.execute_unprepared(LEDGER_TABLE).await.map(|_| ())
+}
+
+/// Whether the source holds the ledger: an error in words when it does not.
+pub async fn ledger_ready(db: &DatabaseConnection) -> Result<(), String> {
+    let probe = "SELECT job_id, first_record, last_record, counts FROM exportd_import_batches WHERE 1 = 0";
+    match db.execute_unprepared(probe).await {
+        Ok(_) => Ok(()),
+        Err(e) if crate::db::is_busy(&e) => Ok(()),
+        Err(_) => Err("the source is a database apart from the job store and has no exportd_import_batches, which imports need: run `exportd catalog migrate-source`".into()),
+    }
+}
+
+/// Whether a column of type `ty` can hold what PostgreSQL's type `found` holds (by name).
 pub fn pg_fits(ty: &ColumnType, found: &str) -> bool {
     let is = |names: &[&str]| names.contains(&found);
     match ty {

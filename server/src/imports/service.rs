@@ -3,7 +3,6 @@
 //! to its report. Jobs are created, listed and cancelled through the job store, the same way
 //! as exports; only what an import means is here.
 
-use super::datasets::Dataset;
 use super::stored::{last_mark, plan_of, report_status, request_of, resolved_of, Mark, Resolved};
 use super::uploads::{ensure_may_import, find_own_and_touch};
 use crate::auth::Actor;
@@ -39,12 +38,11 @@ fn fingerprint_of(request: &ImportRequest, sha256: &str) -> Result<String, AppEr
 }
 
 /// The rules of a request's fields beyond their shape: the dataset, and its schema version.
-fn check(catalog: &crate::catalog::Catalog, request: &ImportRequest) -> Result<(Dataset, String), AppError> {
+fn check(catalog: &crate::catalog::Catalog, request: &ImportRequest) -> Result<String, AppError> {
     let mut errors = Vec::new();
-    let declared = catalog.dataset(&request.dataset);
-    let dataset = declared.and_then(|d| Dataset::parse(&d.name)).zip(declared.map(crate::catalog::Dataset::digest));
+    let dataset = catalog.dataset(&request.dataset).map(crate::catalog::Dataset::digest);
     if dataset.is_none() {
-        let names: Vec<&str> = catalog.datasets.iter().map(|d| d.name.as_str()).filter(|name| Dataset::parse(name).is_some()).collect();
+        let names: Vec<&str> = catalog.datasets.iter().map(|d| d.name.as_str()).collect();
         errors.push(FieldError::new("/dataset", format!("one of {}", names.join(", "))));
     }
     if request.max_errors.is_some() && request.on_error != OnError::SkipInvalid {
@@ -84,7 +82,7 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
         return Err(AppError::CreationPaused { retry_after_secs: crate::operations::DRAIN_RETRY_AFTER_SECS });
     }
     let request = typed?;
-    let (dataset, schema_digest) = check(&state.config.catalog, &request)?;
+    let schema_digest = check(&state.config.catalog, &request)?;
     let upload = find_own_and_touch(&state.db, actor, &request.upload)
         .await?
         .ok_or(AppError::UploadNotFound)?;
@@ -94,7 +92,7 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
         kind: JobKind::Import,
         key,
         fingerprint: &fp,
-        report: dataset.as_str(),
+        report: &request.dataset,
         request: serde_json::to_string(&request).map_err(|e| AppError::Internal(e.to_string()))?,
         resolved: serde_json::to_string(&resolved).map_err(|e| AppError::Internal(e.to_string()))?,
         deployment: &upload.deployment,

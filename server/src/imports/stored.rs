@@ -37,6 +37,11 @@ pub struct Plan {
     pub report: Option<ReportFile>,
     /// Set when the import fails without applying anything: the failure's code.
     pub fails: Option<String>,
+    /// The records a batch covers, fixed at the first claim, so every attempt's batches start
+    /// on the same records (a source apart keys its ledger by them); `None` in plans stored
+    /// before it was kept: the worker's own setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_rows: Option<i64>,
 }
 
 /// A report file in the store.

@@ -50,6 +50,9 @@ pub struct WorkerContext {
     pub metrics: Metrics,
     /// The schema versions of this worker's catalog: it claims only jobs of these.
     pub digests: Arc<Vec<String>>,
+    /// Where imports write when the source is a database apart from the job store
+    /// (`EXPORTD_SOURCE_URL`); `None`: the job store's own, `db`.
+    pub source: Option<DatabaseConnection>,
 }
 
 impl WorkerContext {
@@ -76,6 +79,10 @@ impl WorkerContext {
         // A snapshot's lock wait is ended by the stall rule first; its own bound is the backstop.
         let (db, snapshots) = snapshot::worker_pools(&config.database_url, config.export_source_url(), worker.concurrency, config.stall + config.lease).await?;
         let digests = Arc::new(config.catalog.digests());
+        let source = match config.source_apart() {
+            Some(url) => Some(db::connect_pool(url, db::PoolUse::Control, 0, 2).await?),
+            None => None,
+        };
         Ok(WorkerContext {
             db,
             snapshots,
@@ -88,6 +95,7 @@ impl WorkerContext {
             wakeup,
             metrics,
             digests,
+            source,
         })
     }
 

@@ -298,6 +298,13 @@ impl TestApp {
         row.try_get_by_index::<i64>(0).unwrap()
     }
 
+    /// The text of the first column of each row of one SQL query.
+    pub async fn texts(&self, sql: &str) -> Vec<String> {
+        let backend = self.db.get_database_backend();
+        let rows = self.db.query_all_raw(Statement::from_string(backend, sql.to_owned())).await.unwrap();
+        rows.iter().map(|r| r.try_get_by_index::<Option<String>>(0).unwrap().unwrap_or_default()).collect()
+    }
+
     /// Every file under the store's folder, relative to it.
     pub fn objects(&self, prefix: &str) -> Vec<String> {
         let root = self.dir.path().join("objects");

@@ -4,12 +4,14 @@
 //! and a report as its entries in line order. Each read of the store is bounded in time.
 
 use super::attempt::Stop;
-use crate::imports::datasets::{read_cell, CellKind, ColumnRule, Dataset, Header, Problem, Value};
+use crate::catalog::Dataset;
+use crate::imports::cells::{read_record, Checks, Header, Problem, Value};
 use crate::job_store::transitions::Failure;
 use crate::storage::ExportStore;
 use futures::StreamExt;
 use object_store::path::Path;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Records handed from the parsing thread at a time.
@@ -82,14 +84,14 @@ fn on_reader_thread<T: Send + 'static>(
 }
 
 /// The records of the file at `key` in `store`, read by `dataset`'s header.
-pub(super) fn rows(store: &ExportStore, key: &str, dataset: Dataset) -> Rows {
+pub(super) fn rows(store: &ExportStore, key: &str, dataset: &Arc<Dataset>) -> Rows {
     let (tx, rx) = tokio::sync::mpsc::channel(2);
     let failed = |e: std::io::Error| {
         let code = if e.get_ref().is_some_and(|inner| inner.is::<FileGone>()) { FILE_GONE } else { "storage" };
-        Err(Problem { column: String::new(), code, message: e.to_string() })
+        Err(Problem::new("", code, e.to_string()))
     };
     on_reader_thread(store, key, tx, failed, |reader, tx| parse(reader, tx));
-    Rows { rx, header: None, dataset }
+    Rows { rx, header: None, checks: Checks::of(dataset), dataset: dataset.clone() }
 }
 
 /// One entry of a report: a record's line, and one of its problems.
@@ -184,33 +186,31 @@ pub(super) struct Record {
 #[derive(Debug, Clone)]
 pub(super) struct Row {
     pub(super) record: Record,
-    /// The settable columns the file has, with their values.
-    pub(super) values: Vec<(ColumnRule, Value)>,
+    /// The settable columns the file has (by their index in the dataset), with their values.
+    pub(super) values: Vec<(usize, Value)>,
     /// What is wrong with it.
     pub(super) problems: Vec<Problem>,
 }
 
 impl Row {
-    /// The record's key, when its key cell is valid (read first, so it is the first value).
-    pub(super) fn key(&self) -> Option<String> {
-        match self.values.first() {
-            Some((rule, Value::Text(t))) if rule.name == "email" => Some(migrations::email_key(t)),
-            Some((rule, Value::Text(t))) if rule.name == "order_ref" => Some(t.clone()),
-            _ => None,
-        }
+    /// The compared text of each part of the record's key, when every key cell is valid.
+    pub(super) fn key_parts(&self, dataset: &Dataset) -> Option<Vec<String>> {
+        dataset.key.iter().map(|k| self.value_of(dataset, &k.name).and_then(|v| v.compared(k.compare))).collect()
     }
 
-    /// The value of the text column `name`, when the file has it and it is valid.
-    pub(super) fn text(&self, name: &str) -> Option<&str> {
-        self.values.iter().find_map(|(r, v)| match v {
-            Value::Text(t) if r.name == name => Some(t.as_str()),
-            _ => None,
-        })
+    /// The record's key as one text (its parts joined by a unit separator), when valid.
+    pub(super) fn key(&self, dataset: &Dataset) -> Option<String> {
+        self.key_parts(dataset).map(|parts| parts.join("\u{1f}"))
     }
 
-    /// Whether the file sets the column `name` (with a valid value).
-    pub(super) fn has(&self, name: &str) -> bool {
-        self.values.iter().any(|(r, _)| r.name == name)
+    /// The value of the column `name`, when the file has it and it is valid.
+    pub(super) fn value_of(&self, dataset: &Dataset, name: &str) -> Option<&Value> {
+        self.values.iter().find_map(|(i, v)| (dataset.columns[*i].name == name).then_some(v))
+    }
+
+    /// The value of the column at `index`, when the file has it and it is valid.
+    pub(super) fn value(&self, index: usize) -> Option<&Value> {
+        self.values.iter().find_map(|(i, v)| (*i == index).then_some(v))
     }
 }
 
@@ -237,7 +237,8 @@ pub(super) enum Next {
 pub(super) struct Rows {
     rx: tokio::sync::mpsc::Receiver<Result<Read, Problem>>,
     header: Option<Header>,
-    dataset: Dataset,
+    dataset: Arc<Dataset>,
+    checks: Checks,
 }
 
 impl Rows {
@@ -247,20 +248,28 @@ impl Rows {
             let Some(next) = self.rx.recv().await else {
                 return Ok(match self.header {
                     Some(_) => Next::End,
-                    None => Next::Invalid(Problem { column: String::new(), code: "missing_header", message: "the file has no header row".into() }),
+                    None => Next::Invalid(Problem::new("", "missing_header", "the file has no header row")),
                 });
             };
             match next {
                 Ok(Read::Header(names)) => {
                     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                    match Header::read(self.dataset, &names) {
+                    match Header::read(&self.dataset, &names) {
                         Ok(h) => self.header = Some(h),
                         Err(p) => return Ok(Next::Invalid(p)),
                     }
                 }
                 Ok(Read::Records(records)) => {
-                    let Some(h) = &self.header else { return Ok(Next::Invalid(Problem { column: String::new(), code: "missing_header", message: "the file has no header row".into() })) };
-                    return Ok(Next::Rows(records.into_iter().map(|r| read_row(h, r)).collect()));
+                    let Some(h) = &self.header else { return Ok(Next::Invalid(Problem::new("", "missing_header", "the file has no header row"))) };
+                    return Ok(Next::Rows(
+                        records
+                            .into_iter()
+                            .map(|record| {
+                                let (values, problems) = read_record(&self.dataset, &self.checks, h, &record.cells);
+                                Row { record, values, problems }
+                            })
+                            .collect(),
+                    ));
                 }
                 Err(p) if p.code == "storage" => return Err(Stop::storage(p.message)),
                 Err(p) if p.code == FILE_GONE => return Err(Stop::Failed { failure: Failure::UPLOAD_EXPIRED, detail: p.message }),
@@ -270,33 +279,6 @@ impl Rows {
     }
 }
 
-
-/// Reads a record by the header's rules.
-fn read_row(header: &Header, record: Record) -> Row {
-    let mut values = Vec::new();
-    let mut problems = Vec::new();
-    if record.cells.len() != header.slots.len() {
-        problems.push(Problem {
-            column: String::new(),
-            code: "wrong_field_count",
-            message: format!("{} cells; the header has {}", record.cells.len(), header.slots.len()),
-        });
-        return Row { record, values, problems };
-    }
-    // The key first, so `Row::key` finds it.
-    let mut order: Vec<usize> = (0..header.slots.len()).collect();
-    order.sort_by_key(|&i| header.slots[i].map(|r| r.kind != CellKind::OrderRef && r.name != "email").unwrap_or(true));
-    for i in order {
-        let Some(rule) = header.slots[i] else { continue };
-        match read_cell(rule, &record.cells[i]) {
-            Ok(v) => values.push((rule, v)),
-            Err(p) => problems.push(p),
-        }
-    }
-    // Problems in the file's column order.
-    problems.sort_by_key(|p| header.slots.iter().position(|s| s.is_some_and(|r| r.name == p.column)).unwrap_or(0));
-    Row { record, values, problems }
-}
 
 /// Parses `reader` as CSV on the calling (blocking) thread, sending the header and then chunks
 /// of records; stops at the first whole-file error.
@@ -322,10 +304,10 @@ fn parse_within(reader: impl std::io::Read, max_record: u64, tx: &tokio::sync::m
                 let problem = match e.kind() {
                     csv::ErrorKind::Io(io) if io.get_ref().is_some_and(|inner| inner.is::<RecordTooLong>()) => {
                         let line = tally.borrow().passed + 1;
-                        Problem { column: String::new(), code: "record_too_long", message: format!("the record on line {line} is longer than {max_record} bytes, more than any valid record") }
+                        Problem::new("", "record_too_long", format!("the record on line {line} is longer than {max_record} bytes, more than any valid record"))
                     }
-                    csv::ErrorKind::Io(_) => Problem { column: String::new(), code: "storage", message: e.to_string() },
-                    _ => Problem { column: String::new(), code: "invalid_csv", message: e.to_string() },
+                    csv::ErrorKind::Io(_) => Problem::new("", "storage", e.to_string()),
+                    _ => Problem::new("", "invalid_csv", e.to_string()),
                 };
                 let _ = tx.blocking_send(Err(problem));
                 return;
@@ -339,7 +321,7 @@ fn parse_within(reader: impl std::io::Read, max_record: u64, tx: &tokio::sync::m
             match std::str::from_utf8(field) {
                 Ok(text) => cells.push(text.to_owned()),
                 Err(_) => {
-                    let _ = tx.blocking_send(Err(Problem { column: String::new(), code: "not_utf8", message: format!("line {line} is not UTF-8") }));
+                    let _ = tx.blocking_send(Err(Problem::new("", "not_utf8", format!("line {line} is not UTF-8"))));
                     return;
                 }
             }
@@ -360,7 +342,7 @@ fn parse_within(reader: impl std::io::Read, max_record: u64, tx: &tokio::sync::m
     // In RFC 4180 every quote comes in a pair (an opening and a closing one, or `""` for a quote
     // in a quoted cell); the parser reads an unterminated quoted cell to the end of the file.
     if tally.borrow().quotes % 2 == 1 {
-        let _ = tx.blocking_send(Err(Problem { column: String::new(), code: "unterminated_quote", message: "a quoted cell is not closed before the end of the file".into() }));
+        let _ = tx.blocking_send(Err(Problem::new("", "unterminated_quote", "a quoted cell is not closed before the end of the file")));
         return;
     }
     if !chunk.is_empty() {
@@ -534,7 +516,7 @@ mod tests {
                 Err(p) => failed = Some(p.code),
             }
         }
-        assert_eq!(failed, Some("record_too_long"));
+        assert_eq!(failed.as_deref(), Some("record_too_long"));
     }
 
     /// A reader that hands out at most `step` bytes a call, as a network stream may.

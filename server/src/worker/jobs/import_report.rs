@@ -11,7 +11,6 @@
 use super::attempt::Stop;
 use super::import_file::{self, Entries, Next};
 use crate::entities::{import_refusals, jobs};
-use crate::imports::datasets::Dataset;
 use crate::imports::stored::{self, plan_of, request_of, resolved_of, ReportFile};
 use crate::job_store::transitions::{self, Artifact, Failure};
 use crate::job_store::Mover;
@@ -43,7 +42,7 @@ pub(super) enum Ending {
 /// Writes the report of `job` as it stands, for `ending`, and publishes it.
 pub(super) async fn write(ctx: &WorkerContext, store: &ExportStore, job: &jobs::Model, ending: Ending) -> Result<ReportFile, Stop> {
     let request = request_of(job).map_err(Stop::internal)?;
-    let dataset = Dataset::parse(&request.dataset).ok_or_else(|| Stop::internal(format!("unknown dataset {:?}", request.dataset)))?;
+    let dataset = ctx.config.catalog.dataset(&request.dataset).cloned().map(std::sync::Arc::new).ok_or_else(|| Stop::internal(format!("the dataset {:?} is not in this worker's catalog", request.dataset)))?;
     // The plan as stored now: an attempt's own copy of the job predates the plan it fixed.
     let stored = jobs::Entity::find_by_id(job.id.clone()).one(&ctx.db).await.map_err(Stop::internal)?;
     let plan = plan_of(stored.as_ref().unwrap_or(job)).map_err(Stop::internal)?;
@@ -57,7 +56,14 @@ pub(super) async fn write(ctx: &WorkerContext, store: &ExportStore, job: &jobs::
     }
     let applied_through = match ending {
         Ending::Released => None,
-        Ending::Stopped => Some(stored::last_mark(&ctx.db, &job.id).await.map_err(Stop::internal)?.last_record),
+        Ending::Stopped => {
+            let mark = stored::last_mark(&ctx.db, &job.id).await.map_err(Stop::internal)?;
+            let mark = match &ctx.source {
+                Some(source) => super::import_writes::ledger_through(source, &job.id, mark).await.map_err(Stop::internal)?,
+                None => mark,
+            };
+            Some(mark.last_record)
+        }
     };
     // The validation's report lists only invalid records: with none, it is not read.
     let validation = plan.as_ref().filter(|p| p.invalid > 0).and_then(|p| p.report.as_ref());
@@ -69,13 +75,13 @@ pub(super) async fn write(ctx: &WorkerContext, store: &ExportStore, job: &jobs::
     }
     let mut validation = validation.map(|file| Entries::open(store, &file.key)).unwrap_or_else(Entries::none);
     let resolved = resolved_of(job).map_err(Stop::internal)?;
-    let mut rows = import_file::rows(store, &resolved.object_key, dataset);
+    let mut rows = import_file::rows(store, &resolved.object_key, &dataset);
     loop {
         let chunk = match rows.next().await {
             Ok(Next::Rows(chunk)) => chunk,
             Ok(Next::End) => break,
             Ok(Next::Invalid(p)) => {
-                report.row(1, &p.column, p.code, &p.message, &[]).await.map_err(Stop::storage)?;
+                report.row(1, &p.column, &p.code, &p.message, &[]).await.map_err(Stop::storage)?;
                 break;
             }
             Err(Stop::Failed { failure, .. }) if failure == Failure::UPLOAD_EXPIRED => {

@@ -13,6 +13,7 @@ pub mod export_csv;
 pub mod export_parts;
 pub mod import_csv;
 mod import_file;
+pub mod import_writes;
 pub mod import_report;
 
 use crate::entities::jobs;
