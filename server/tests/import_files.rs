@@ -234,3 +234,14 @@ on_both_backends!(a_file_that_is_not_the_datasets_csv_fails_invalid_file_and_app
     }
     assert_eq!(app.scalar("SELECT COUNT(*) FROM customers").await, before);
 });
+
+on_both_backends!(a_new_customer_from_a_file_of_its_email_and_country_alone_gets_the_tables_defaults, |backend| {
+    let app = TestApp::with_worker(backend).await;
+    let alice = app.login("alice@acme.test").await;
+    let upl = upload(&app, &alice, b"email,country\nminimal@acme.test,SA\n".to_vec()).await;
+    let done = import(&app, &alice, "minimal", json!({"dataset": "customers", "upload": upl})).await;
+    assert_eq!(done["counts"]["created"], 1, "{done}");
+    let now_ms = jiff::Timestamp::now().as_millisecond();
+    let sql = format!("SELECT COUNT(*) FROM customers WHERE email_key = 'minimal@acme.test' AND name = '' AND phone = '' AND created_at BETWEEN {} AND {}", now_ms - 120_000, now_ms + 1000);
+    assert_eq!(app.scalar(&sql).await, 1, "the columns no file carries take the table's defaults (migration 16)");
+});
