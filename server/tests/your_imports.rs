@@ -1,6 +1,7 @@
-//! Your data, imported (contract §10, §12, case 23): a schema written for this test, with a key
-//! of two columns, a reference to another dataset, Arabic text and eight types, exported and
-//! imported back through a catalog alone; a file of changes applied twice changes each row once,
+//! Your data, exported and imported (contract §5.1, §10, §12, case 23): a schema written for this
+//! test, with a key of two columns, a reference to another dataset, Arabic text and eight types,
+//! exported (in parts too, resumed after a SIGKILL) and imported back through a catalog alone; a
+//! file of changes applied twice changes each row once,
 //! every cell read by its column's type with its own error, and the dataset's `after_batch` keeps
 //! the clinics' counts. On PostgreSQL with the source a database apart, a worker killed inside a
 //! batch and another killed after the source committed one: the ledger in the source holds each
@@ -340,3 +341,77 @@ async fn an_import_into_a_source_apart_applies_each_batch_once_through_a_worker_
     assert_eq!(scalar(&source, "SELECT CAST(supplies AS BIGINT) FROM clinics WHERE org = 'org-a' AND id = 1").await, 41, "after_batch ran in the source");
     assert_eq!(scalar(&db, "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'supplies'").await, 0, "the job store holds none of the source's tables");
 }
+
+/// Fifty-seven supplies of org-a, in key order: the statement that inserts them, and the CSV rows the
+/// supplies report writes for them.
+fn more_supplies(backend: Backend) -> (String, Vec<String>) {
+    let (yes, no) = if backend == Backend::Postgres { ("TRUE", "FALSE") } else { ("1", "0") };
+    let mut values = Vec::new();
+    let mut csv = Vec::new();
+    for i in 1..=57i64 {
+        let (clinic_id, clinic) = match i % 3 {
+            0 => ("NULL", ""),
+            1 => ("1", "عيادة النور"),
+            _ => ("2", "Clinic B"),
+        };
+        let active = i % 2 == 0;
+        values.push(format!(
+            "({}, 'org-a', 'S{}', 'AA-{i:03}', {clinic_id}, 'صنف {i}', {i}, {}, 'SAR', NULL, '2027-01-01', '2026-03-01T10:{:02}:00Z', {})",
+            100 + i,
+            i % 4,
+            i * 125,
+            i % 60,
+            if active { yes } else { no }
+        ));
+        csv.push(format!("{},S{},AA-{i:03},{clinic},صنف {i},{i},{}.{:02},SAR,,2027-01-01,2026-03-01T10:{:02}:00Z,{active}", 100 + i, i % 4, i * 125 / 100, i * 125 % 100, i % 60));
+    }
+    let insert = format!("INSERT INTO supplies (id, org, site, sku, clinic_id, label, qty, price_minor, currency, weight_kg, expires_on, counted_at, active) VALUES {}", values.join(", "));
+    (insert, csv)
+}
+
+on_both_backends!(a_checkpointed_export_of_a_catalog_report_resumes_after_its_worker_is_killed_and_writes_each_row_once, |backend| {
+    use support::procs::{rows, Api, Prepared};
+    const LONG: Duration = Duration::from_secs(90);
+    let p = Prepared::new(backend, 10).await;
+    let db = p.connect().await;
+    let (insert, expected) = more_supplies(backend);
+    for statement in schema(backend).into_iter().map(str::to_owned).chain(seed_rows(backend)).chain([insert, "UPDATE tenants SET source_id = 'org-a' WHERE id = 'ten_acme'".to_owned()]) {
+        sea_orm::ConnectionTrait::execute_unprepared(&db, &statement).await.unwrap();
+    }
+    let file = p.dir.path().join("supplies.toml");
+    std::fs::write(&file, catalog_text(backend)).unwrap();
+    let file = file.display().to_string();
+    let (_api, base) = p.api_with(&[("EXPORTD_CATALOG", &file)]).await;
+    let api = Api::new(&base, &p.token);
+    let mut a = p.worker("a", &[("EXPORTD_CATALOG", &file), ("EXPORTD_PART_ROWS", "10"), ("FAILPOINTS", "after_checkpoint=1*off->sleep(60000)")], &[]);
+    // Sixty rows in March's first three days: six parts of ten.
+    let request = json!({"report": "supplies", "time_range": {"from": "2026-03-01", "to": "2026-03-03"}, "consistency": "checkpointed"});
+    let (status, view) = api.create("parts", &request).await;
+    assert_eq!(status, 202, "{view}");
+    let id = view["id"].as_str().unwrap().to_owned();
+    a.wait_count(&["after_checkpoint", &id], 2, LONG).await;
+    a.signal("KILL");
+    a.wait_exit(LONG).await;
+    let checkpoints = |db: sea_orm::DatabaseConnection, id: String| async move {
+        rows(&db, &format!("SELECT CAST(seq AS TEXT), CAST(generation AS TEXT) FROM job_checkpoints WHERE job_id = '{id}'")).await.iter().map(|r| (r[0].parse::<i64>().unwrap(), r[1].parse::<i64>().unwrap())).collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(checkpoints(db.clone(), id.clone()).await, [(1, 1), (2, 1)].into(), "two parts before the kill");
+
+    // Another worker, with another part size: the plan the first attempt fixed still holds.
+    let _b = p.worker("b", &[("EXPORTD_CATALOG", &file), ("EXPORTD_PART_ROWS", "7")], &[]);
+    let done = api.wait_status(&id, &["ready", "failed"], LONG).await;
+    assert_eq!((done["status"].as_str(), done["attempt"].as_i64(), done["progress"]["parts_done"].as_i64()), (Some("ready"), Some(2), Some(6)), "{done}");
+    assert_eq!(checkpoints(db.clone(), id.clone()).await, [(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2)].into(), "the second attempt began at part 3");
+    let header = EXPORTED[0];
+    let seeded: Vec<&str> = EXPORTED[1..].to_vec();
+    let mut read = Vec::new();
+    for part in 1..=6 {
+        let link = api.link(&format!("/api/exports/{id}/parts/{part}/download")).await.expect("a part's link");
+        let text = reqwest::get(link).await.unwrap().text().await.unwrap();
+        let mut lines = text.trim_end().split("\r\n");
+        assert_eq!(lines.next(), Some(header), "part {part} has the header");
+        read.extend(lines.map(str::to_owned));
+    }
+    let all: Vec<String> = seeded.iter().map(|s| s.to_string()).chain(expected).collect();
+    assert_eq!(read, all, "the tenant's rows, each once, in key order");
+});

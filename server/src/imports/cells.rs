@@ -104,6 +104,7 @@ impl Value {
         let text = match self {
             Value::Null => return None,
             Value::Text(t) if t.is_empty() => return None,
+            Value::Text(t) if compare == Compare::Email => return Some(migrations::email_key(t)),
             Value::Text(t) => t.clone(),
             Value::Integer(n) | Value::Money(n) => n.to_string(),
             Value::Decimal(d) | Value::Date(d) => d.clone(),
@@ -125,13 +126,18 @@ fn has_control(text: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Checks {
     patterns: Vec<Option<regex::Regex>>,
+    /// Per column, whether it is a key part's (never empty).
+    keys: Vec<bool>,
 }
 
 impl Checks {
     /// The compiled checks of `dataset`'s columns (a pattern the catalog check let through
     /// always compiles; one that did not is no check).
     pub fn of(dataset: &Dataset) -> Checks {
-        Checks { patterns: dataset.columns.iter().map(|c| c.pattern.as_deref().and_then(|p| crate::catalog::format::pattern_regex(p).ok())).collect() }
+        Checks {
+            patterns: dataset.columns.iter().map(|c| c.pattern.as_deref().and_then(|p| crate::catalog::format::pattern_regex(p).ok())).collect(),
+            keys: dataset.columns.iter().map(|c| dataset.key.iter().any(|k| k.name == c.name)).collect(),
+        }
     }
 }
 
@@ -144,7 +150,7 @@ pub fn read_cell(dataset: &Dataset, checks: &Checks, index: usize, raw: &str, pl
     if has_control(cell) {
         return Err(Problem::new(name, "control_character", "a control character other than tab, CR or LF"));
     }
-    let is_key = dataset.key.iter().any(|k| k.name == name);
+    let is_key = checks.keys.get(index).copied().unwrap_or(false);
     let email = column.format == Some(TextFormat::Email);
     let blank = if email { cell.trim().is_empty() } else { cell.is_empty() };
     if blank {

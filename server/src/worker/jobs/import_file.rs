@@ -200,7 +200,11 @@ impl Row {
 
     /// The record's key as one text (its parts joined by a unit separator), when valid.
     pub(super) fn key(&self, dataset: &Dataset) -> Option<String> {
-        self.key_parts(dataset).map(|parts| parts.join("\u{1f}"))
+        match dataset.key.as_slice() {
+            // The common case, read for every record of every pass: no list, no join.
+            [only] => self.value_of(dataset, &only.name).and_then(|v| v.compared(only.compare)),
+            _ => self.key_parts(dataset).map(|parts| parts.join("\u{1f}")),
+        }
     }
 
     /// The value of the column `name`, when the file has it and it is valid.

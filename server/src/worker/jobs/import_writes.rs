@@ -107,8 +107,10 @@ pub(super) struct Planned<'r> {
     pub(super) ops: Vec<(&'r Row, Op)>,
     /// The referenced values before and after the batch's writes (`:refs`).
     refs: Vec<String>,
-    /// The valid rows' keys (`:keys`).
+    /// The valid rows' keys (`:keys`), when the dataset has an `after_batch`.
     keys: Vec<String>,
+    /// Whether the batch has a valid row.
+    any: bool,
 }
 
 impl Target {
@@ -278,8 +280,7 @@ impl Target {
     pub(super) async fn plan<'r, C: ConnectionTrait>(&self, conn: &C, rows: &'r [Row]) -> Result<Planned<'r>, DbErr> {
         let d = &self.dataset;
         let valid: Vec<&Row> = rows.iter().filter(|r| r.problems.is_empty()).collect();
-        let keyed: Vec<(&Row, Vec<String>)> = valid.iter().filter_map(|r| r.key_parts(d).map(|k| (*r, k))).collect();
-        let keys: Vec<Vec<String>> = keyed.iter().map(|(_, k)| k.clone()).collect();
+        let (rows_keyed, keys): (Vec<&Row>, Vec<Vec<String>>) = valid.iter().filter_map(|r| r.key_parts(d).map(|k| (*r, k))).unzip();
         // The lookups are prepared statements; a generic plan made while the table was small
         // scans it whole while the import keeps it growing (batches then took seconds each), so
         // on PostgreSQL they alone are planned afresh, and the writes keep their cached plans.
@@ -300,8 +301,8 @@ impl Target {
         let columns = self.insert_columns(&present);
         let missing: Vec<&str> = d.columns.iter().enumerate().filter(|(i, c)| c.required && !present.contains(i)).map(|(_, c)| c.name.as_str()).collect();
         let mut refs = Vec::new();
-        let mut ops = Vec::with_capacity(keyed.len());
-        for (row, parts) in keyed {
+        let mut ops = Vec::with_capacity(keys.len());
+        for (row, parts) in rows_keyed.into_iter().zip(&keys) {
             let key = parts.join("\u{1f}");
             let before = existing.get(&key);
             let mut changed = false;
@@ -342,7 +343,7 @@ impl Target {
             let op = if let Some(why) = refused {
                 Op::Refuse(why)
             } else if before.is_some() {
-                if changed { Op::Update(self.update(&parts, &written)) } else { Op::Unchanged }
+                if changed { Op::Update(self.update(parts, &written)) } else { Op::Unchanged }
             } else if !missing.is_empty() {
                 Op::Refuse(format!("a new record needs {}", missing.join(", ")))
             } else {
@@ -362,7 +363,10 @@ impl Target {
         }
         refs.sort_unstable();
         refs.dedup();
-        Ok(Planned { columns, ops, refs, keys: keys.into_iter().map(|k| if k.len() == 1 { k.into_iter().next().unwrap_or_default() } else { serde_json::to_string(&k).unwrap_or_default() }).collect() })
+        // `:keys` is made only for an `after_batch` that may read it.
+        let keys = if d.after_batch.is_some() { keys.into_iter().map(|k| if k.len() == 1 { k.into_iter().next().unwrap_or_default() } else { serde_json::to_string(&k).unwrap_or_default() }).collect() } else { Vec::new() };
+        let any = !ops.is_empty();
+        Ok(Planned { columns, ops, refs, keys, any })
     }
 
     /// The update of the record under `key` to `written`.
@@ -415,7 +419,7 @@ impl Target {
     /// under one savepoint; if the database refuses any of it, each row under a savepoint of
     /// its own, so a refused row is reported without losing the others. Then `after_batch`.
     pub(super) async fn write(&self, txn: &DatabaseTransaction, planned: Planned<'_>, mark: &mut Mark, refused: &mut Vec<Refused>) -> Result<(), DbErr> {
-        let Planned { columns, ops, refs, keys } = planned;
+        let Planned { columns, ops, refs, keys, any } = planned;
         let mut all_went = false;
         if !ops.iter().any(|(_, op)| matches!(op, Op::Refuse(_))) {
             let inserts: Vec<&Vec<sea_orm::Value>> = ops.iter().filter_map(|(_, op)| if let Op::Insert(v) = op { Some(v) } else { None }).collect();
@@ -459,7 +463,7 @@ impl Target {
             count(outcome, row, mark, refused);
         }
         if let Some(after) = &self.dataset.after_batch {
-            if !keys.is_empty() {
+            if any {
                 let tenant = self.tenant.clone();
                 let keys = serde_json::to_string(&keys).map_err(|e| DbErr::Custom(e.to_string()))?;
                 let refs = serde_json::to_string(&refs).map_err(|e| DbErr::Custom(e.to_string()))?;
