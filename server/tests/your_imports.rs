@@ -415,3 +415,17 @@ on_both_backends!(a_checkpointed_export_of_a_catalog_report_resumes_after_its_wo
     let all: Vec<String> = seeded.iter().map(|s| s.to_string()).chain(expected).collect();
     assert_eq!(read, all, "the tenant's rows, each once, in key order");
 });
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_longer_than_its_postgresql_column_is_refused_not_cut_short() {
+    let app = app_with_supplies(Backend::Postgres).await;
+    app.exec("ALTER TABLE supplies ALTER COLUMN label TYPE VARCHAR(12)").await;
+    let alice = app.login("alice@acme.test").await;
+    let file = "site,sku,label,qty,price,currency\nDMM,CD-100,short,1,1.5,SAR\nDMM,CD-101,much longer than twelve,1,1.5,SAR\nDMM,CD-102,كلمة,1,1.500,KWD\n";
+    let upl = upload(&app, &alice, file).await;
+    let done = import(&app, &alice, "long", json!({"dataset": "supplies", "upload": upl, "on_error": "skip_invalid"})).await;
+    assert_eq!((done["counts"]["created"].as_i64(), done["counts"]["applied"].as_i64()), (Some(2), Some(2)), "{done}");
+    let id = done["id"].as_str().unwrap();
+    assert_eq!(codes(&report(&app, &alice, id).await), vec![(3, String::new(), "refused".to_owned())]);
+    assert_eq!(app.texts("SELECT sku || ':' || label || ':' || currency FROM supplies WHERE site = 'DMM' ORDER BY sku").await, vec!["CD-100:short:SAR", "CD-102:كلمة:KWD"], "a CHAR(3) keeps its three letters");
+}

@@ -480,10 +480,15 @@ impl Check<'_> {
         }
         self.unique(d.key.get_ref().iter().map(|k| &k.get_ref().name), &format!("{what}: key part"));
         let text_columns: HashSet<&str> = d.columns.get_ref().iter().filter(|c| c.get_ref().ty.get_ref() == "text").map(|c| c.get_ref().name.get_ref().as_str()).collect();
+        // A key is compared and bound as its text: an instant or a boolean has no one text.
+        let unkeyable: HashSet<&str> = d.columns.get_ref().iter().filter(|c| matches!(c.get_ref().ty.get_ref().as_str(), "timestamp" | "boolean")).map(|c| c.get_ref().name.get_ref().as_str()).collect();
         let key: Vec<KeyPart> = d.key.into_inner().into_iter().map(|k| {
             let k = k.into_inner();
             if !names.contains(k.name.get_ref()) {
                 self.at(k.name.span(), format!("{what}: key {:?} is not one of its columns", k.name.get_ref()));
+            }
+            if unkeyable.contains(k.name.get_ref().as_str()) {
+                self.at(k.name.span(), format!("{what}: key {:?} is a timestamp or a boolean; a key is text, integer, decimal, money or date", k.name.get_ref()));
             }
             self.not_empty(&k.column, &format!("{what}: key {:?}: `column`", k.name.get_ref()));
             let compare = match k.compare.as_ref().map(|c| c.get_ref().as_str()) {

@@ -1,6 +1,7 @@
 //! The placeholders of a catalog's own SQL (`after_batch`, `[authority] sql`; contract §12):
-//! `:tenant`, `:subject`, `:keys` and `:refs`, outside string literals and quoted names, become
-//! bound parameters; a `::` (PostgreSQL's cast) is not one.
+//! `:tenant`, `:subject`, `:keys` and `:refs`, outside string literals, quoted names and
+//! comments, become bound parameters; a `::` (PostgreSQL's cast) is not one. PostgreSQL's
+//! dollar-quoted strings are not read as strings: a catalog's SQL uses `'…'`.
 
 use sea_orm::{DbBackend, Statement};
 
@@ -52,6 +53,30 @@ fn rewrite(sql: &str, backend: DbBackend, mut seen: impl FnMut(&str) -> Option<S
                     }
                 }
             }
+            // A comment is copied as it is: a quote or a placeholder in it is neither.
+            '-' if chars.peek().is_some_and(|(_, n)| *n == '-') => {
+                out.push(c);
+                for (_, inner) in chars.by_ref() {
+                    out.push(inner);
+                    if inner == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek().is_some_and(|(_, n)| *n == '*') => {
+                out.push(c);
+                if let Some((_, star)) = chars.next() {
+                    out.push(star);
+                }
+                let mut last = ' ';
+                for (_, inner) in chars.by_ref() {
+                    out.push(inner);
+                    if last == '*' && inner == '/' {
+                        break;
+                    }
+                    last = inner;
+                }
+            }
             ':' if chars.peek().is_some_and(|(_, n)| *n == ':') => {
                 out.push_str("::");
                 chars.next();
@@ -96,5 +121,7 @@ mod tests {
         assert_eq!(used(sql).unwrap(), vec!["tenant", "refs"]);
         assert_eq!(statement("SELECT :keys, 'it''s :x'", DbBackend::Sqlite, |_| None).unwrap().sql, "SELECT ?, 'it''s :x'");
         assert!(used("SELECT :other").unwrap_err().contains(":other"));
+        let commented = "SELECT 1 -- don't :keys\nFROM t WHERE a = :tenant /* it's :refs */ AND b = :refs";
+        assert_eq!(used(commented).unwrap(), vec!["tenant", "refs"], "quotes and placeholders in comments are neither");
     }
 }

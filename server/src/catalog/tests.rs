@@ -254,3 +254,21 @@ sql = "SELECT role FROM m WHERE org = :tenant AND s = :subject AND k = :nope"
     }
     assert_eq!(errors.len(), expected.len(), "{errors:#?}");
 }
+
+#[test]
+fn a_key_part_that_is_a_timestamp_or_a_boolean_is_refused() {
+    let text = r#"[[dataset]]
+name = "visits"
+table = "visits"
+tenant = "org"
+key = [{ name = "at", column = "at" }, { name = "paid", column = "paid" }]
+columns = [
+  { name = "at", column = "at", type = "timestamp" },
+  { name = "paid", column = "paid", type = "boolean" },
+]
+"#;
+    let errors = errors_of(text);
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert!(errors[0].starts_with("bad.toml:5:17:") && errors[0].contains("key \"at\" is a timestamp or a boolean"), "{errors:#?}");
+    assert!(errors[1].starts_with("bad.toml:5:49:") && errors[1].contains("key \"paid\""), "{errors:#?}");
+}

@@ -80,7 +80,8 @@ impl WorkerContext {
         let (db, snapshots) = snapshot::worker_pools(&config.database_url, config.export_source_url(), worker.concurrency, config.stall + config.lease).await?;
         let digests = Arc::new(config.catalog.digests());
         let source = match config.source_apart() {
-            Some(url) => Some(db::connect_pool(url, db::PoolUse::Control, 0, 2).await?),
+            // One connection per job that may import at once, and one for the janitor's reports.
+            Some(url) => Some(db::connect_pool(url, db::PoolUse::Control, 0, worker.concurrency as u32 + 1).await?),
             None => None,
         };
         Ok(WorkerContext {

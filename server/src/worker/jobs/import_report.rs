@@ -59,7 +59,12 @@ pub(super) async fn write(ctx: &WorkerContext, store: &ExportStore, job: &jobs::
         Ending::Stopped => {
             let mark = stored::last_mark(&ctx.db, &job.id).await.map_err(Stop::internal)?;
             let mark = match &ctx.source {
-                Some(source) => super::import_writes::ledger_through(source, &job.id, mark).await.map_err(Stop::internal)?,
+                Some(source) => {
+                    let (through, refused) = super::import_writes::ledger_through(source, &job.id, mark).await.map_err(Stop::internal)?;
+                    // The rows refused in batches only the ledger holds are named too.
+                    stored::record_refusals(&ctx.db, &job.id, job.checkpoint_seq + 1, &refused).await.map_err(Stop::internal)?;
+                    through
+                }
                 None => mark,
             };
             Some(mark.last_record)

@@ -78,7 +78,12 @@ fn text_value(text: Option<String>) -> sea_orm::Value {
 
 /// The declared types of `table`'s columns on PostgreSQL.
 async fn pg_types<C: ConnectionTrait>(conn: &C, table: &str, into: &mut HashMap<(String, String), String>) -> Result<(), DbErr> {
-    let sql = "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a WHERE a.attrelid = CAST($1 AS regclass) AND a.attnum > 0 AND NOT a.attisdropped";
+    // The type by its own name, without its length or precision: an explicit cast to
+    // `varchar(200)` or `numeric(9,3)` would cut or round a value silently, where the column's
+    // own assignment refuses one that does not fit, and the row is reported refused. (Not
+    // `format_type`'s name: its `character` is `char(1)` in a cast, `bpchar` is not.)
+    let sql = "SELECT a.attname, quote_ident(n.nspname) || '.' || quote_ident(t.typname) FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+               JOIN pg_namespace n ON n.oid = t.typnamespace WHERE a.attrelid = CAST($1 AS regclass) AND a.attnum > 0 AND NOT a.attisdropped";
     for row in conn.query_all_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, [table.into()])).await? {
         let name: String = row.try_get_by_index(0)?;
         let ty: String = row.try_get_by_index(1)?;
@@ -432,7 +437,7 @@ impl Target {
             }
             for (_, op) in &ops {
                 if let (Ok(()), Op::Update(stmt)) = (&all, op) {
-                    all = nested.execute_raw(stmt.clone()).await.map(|_| ());
+                    all = updated(nested.execute_raw(stmt.clone()).await);
                 }
             }
             match settle(nested, all).await {
@@ -456,7 +461,7 @@ impl Target {
                 }
                 Op::Update(stmt) => {
                     let nested = txn.begin().await?;
-                    let done = nested.execute_raw(stmt).await.map(|_| Change::Updated);
+                    let done = updated(nested.execute_raw(stmt).await).map(|_| Change::Updated);
                     verdict(settle(nested, done).await, row)?
                 }
             };
@@ -478,6 +483,16 @@ impl Target {
             }
         }
         Ok(())
+    }
+}
+
+/// An update's answer: one record changed, or an error (a record deleted since the lookup
+/// changed none, and is no update).
+fn updated(answer: Result<sea_orm::ExecResult, DbErr>) -> Result<(), DbErr> {
+    match answer {
+        Ok(done) if done.rows_affected() == 0 => Err(DbErr::RecordNotUpdated),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -598,22 +613,28 @@ pub(super) async fn ledger_take(txn: &DatabaseTransaction, job_id: &str, first: 
         return Ok(None);
     }
     let mut sql = Sql::new(backend);
-    sql.push("SELECT counts FROM exportd_import_batches WHERE job_id = ");
+    sql.push("SELECT counts, last_record FROM exportd_import_batches WHERE job_id = ");
     sql.bind(job_id.into(), None).push(" AND first_record = ").bind(first.into(), None);
     let row = txn.query_one_raw(sql.statement()).await?.ok_or_else(|| DbErr::RecordNotFound(format!("ledger row of {job_id} at {first}")))?;
     let counts: String = row.try_get_by_index(0)?;
+    let ledgered_last: i64 = row.try_get_by_index(1)?;
+    // Batches of another size would apply rows twice or skip them: never go on past one.
+    if ledgered_last != last {
+        return Err(DbErr::Custom(format!("the ledger's batch of {job_id} at record {first} ends at {ledgered_last}, this one at {last}: the batch size changed")));
+    }
     serde_json::from_str(&counts).map(Some).map_err(|e| DbErr::Custom(format!("ledger row of {job_id} at {first}: {e}")))
 }
 
 /// The records applied as the source's ledger shows them: `mark` (the job store's last
 /// checkpoint) followed by the ledger's batches after it, in order, as far as they run on
-/// without a gap. A batch that committed in the source and whose checkpoint the job store
-/// refused is applied all the same, and a report must say so.
-pub(super) async fn ledger_through<C: ConnectionTrait>(source: &C, job_id: &str, mark: Mark) -> Result<Mark, DbErr> {
+/// without a gap, and the rows those batches refused. A batch that committed in the source and
+/// whose checkpoint the job store refused is applied all the same, and a report must say so.
+pub(super) async fn ledger_through<C: ConnectionTrait>(source: &C, job_id: &str, mark: Mark) -> Result<(Mark, Vec<Refused>), DbErr> {
     let mut sql = Sql::new(source.get_database_backend());
     sql.push("SELECT first_record, last_record, counts FROM exportd_import_batches WHERE job_id = ").bind(job_id.into(), None);
     sql.push(" AND first_record > ").bind(mark.last_record.into(), None).push(" ORDER BY first_record");
     let mut through = mark;
+    let mut refused = Vec::new();
     for row in source.query_all_raw(sql.statement()).await? {
         let first: i64 = row.try_get_by_index(0)?;
         let last: i64 = row.try_get_by_index(1)?;
@@ -627,8 +648,9 @@ pub(super) async fn ledger_through<C: ConnectionTrait>(source: &C, job_id: &str,
         through.updated += counts.updated;
         through.unchanged += counts.unchanged;
         through.refused += counts.refused;
+        refused.extend(counts.refusals.into_iter().map(|(record, line, message)| Refused { record, line, message }));
     }
-    Ok(through)
+    Ok((through, refused))
 }
 
 /// Records the batch's counts in its ledger row, before the source's commit.
