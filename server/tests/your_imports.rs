@@ -5,7 +5,7 @@
 //! every cell read by its column's type with its own error, and the dataset's `after_batch` keeps
 //! the clinics' counts. On PostgreSQL with the source a database apart, a worker killed inside a
 //! batch and another killed after the source committed one: the ledger in the source holds each
-//! batch once, and each row is applied once.
+//! batch once, each row is applied once, and the same file sent again changes nothing.
 
 mod support;
 
@@ -340,6 +340,30 @@ async fn an_import_into_a_source_apart_applies_each_batch_once_through_a_worker_
     assert_eq!((view["counts"]["created"].as_i64(), view["counts"]["applied"].as_i64()), (Some(40), Some(40)), "the skipped batch's counts came from the ledger: {view}");
     assert_eq!(scalar(&source, "SELECT CAST(supplies AS BIGINT) FROM clinics WHERE org = 'org-a' AND id = 1").await, 41, "after_batch ran in the source");
     assert_eq!(scalar(&db, "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'supplies'").await, 0, "the job store holds none of the source's tables");
+
+    // The same file again, as a new import: every row is there, none is applied twice.
+    let again: Value = client
+        .post(format!("{base}/api/imports"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "apart-again")
+        .json(&json!({"dataset": "supplies", "upload": upload["upload"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let again_id = again["id"].as_str().expect("an import").to_owned();
+    eventually("the second import is ready", LONG, || {
+        let db = db.clone();
+        let id = again_id.clone();
+        async move { scalar(&db, &format!("SELECT COUNT(*) FROM jobs WHERE id = '{id}' AND status = 'ready'")).await == 1 }
+    })
+    .await;
+    let view: Value = client.get(format!("{base}/api/imports/{again_id}")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+    assert_eq!((view["counts"]["created"].as_i64(), view["counts"]["unchanged"].as_i64()), (Some(0), Some(40)), "{view}");
+    assert_eq!(scalar(&source, ours).await, 40);
+    assert_eq!(scalar(&source, &format!("SELECT COUNT(*) FROM exportd_import_batches WHERE job_id = '{again_id}'")).await, 10, "its own ten batches in the ledger");
 }
 
 /// Fifty-seven supplies of org-a, in key order: the statement that inserts them, and the CSV rows the
