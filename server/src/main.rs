@@ -101,24 +101,28 @@ fn checked_catalog(file: Option<&str>) -> Result<(String, exportd::catalog::Cata
 /// source that does not answer.
 async fn checked_on_source(config: &Config, name: &str) -> Result<(), String> {
     let url = config.source_url.as_deref().unwrap_or(&config.database_url);
-    let source = db::connect(url).await.map_err(|e| format!("source unreachable: {e}"))?;
-    let checked = exportd::catalog::source::check(&source, name, &config.catalog).await;
-    let ledger = match config.source_apart() {
-        Some(_) if !config.catalog.datasets.is_empty() => exportd::catalog::source::ledger_ready(&source).await,
-        _ => Ok(()),
-    };
-    source.close().await.ok();
-    ledger?;
+    let checked = on_source(url, config.source_apart().is_some(), name, &config.catalog).await?;
     // A source that is only busy (a lock held from elsewhere) is no reason not to start: what
     // it could not check is said, and the process starts.
     for unchecked in &checked.unchecked {
         tracing::warn!(target: "exportd::lifecycle", "{unchecked}");
     }
-    if checked.errors.is_empty() {
-        Ok(())
-    } else {
-        Err(reported(name, &checked.errors))
+    Ok(())
+}
+
+/// The source's half of a catalog's check, on `url`: its errors (printed) are an `Err`, as are a
+/// source that does not answer and, for a source `apart` from the job store with a dataset to
+/// import, a missing ledger; what the source was too busy to check is returned.
+async fn on_source(url: &str, apart: bool, name: &str, catalog: &exportd::catalog::Catalog) -> Result<exportd::catalog::source::Checked, String> {
+    let source = db::connect(url).await.map_err(|e| format!("source unreachable: {e}"))?;
+    let checked = exportd::catalog::source::check(&source, name, catalog).await;
+    let ledger = if apart && !catalog.datasets.is_empty() { exportd::catalog::source::ledger_ready(&source).await } else { Ok(()) };
+    source.close().await.ok();
+    if !checked.errors.is_empty() {
+        return Err(reported(name, &checked.errors));
     }
+    ledger?;
+    Ok(checked)
 }
 
 /// Prints every error of the catalog `name` on stderr, and says how many there were.
@@ -146,14 +150,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         if !offline {
             // The source is the job store's own database unless EXPORTD_SOURCE_URL names another.
             let url = std::env::var("EXPORTD_SOURCE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| cli.global.database_url.clone());
-            let source = db::connect(&url).await.map_err(|e| format!("source unreachable: {e}"))?;
-            let checked = exportd::catalog::source::check(&source, &name, &catalog).await;
-            if !checked.errors.is_empty() {
-                return Err(reported(&name, &checked.errors));
-            }
-            if url != cli.global.database_url && !catalog.datasets.is_empty() {
-                exportd::catalog::source::ledger_ready(&source).await?;
-            }
+            let checked = on_source(&url, url != cli.global.database_url, &name, &catalog).await?;
             // `catalog check` asked for an answer: a part it could not check is not a pass.
             if !checked.unchecked.is_empty() {
                 for unchecked in &checked.unchecked {

@@ -258,6 +258,12 @@ fn new_supplies(n: usize) -> String {
     csv
 }
 
+/// `POST /api/imports`: an apply of `upload` into supplies, under `key`; its view.
+async fn apply(client: &reqwest::Client, base: &str, token: &str, key: &str, upload: &Value) -> Value {
+    let resp = client.post(format!("{base}/api/imports")).bearer_auth(token).header("Idempotency-Key", key).json(&json!({"dataset": "supplies", "upload": upload})).send().await.unwrap();
+    resp.json().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_import_into_a_source_apart_applies_each_batch_once_through_a_worker_killed_inside_one_and_another_killed_after_the_sources_commit() {
     use support::procs::{eventually, rows, scalar, Prepared};
@@ -287,17 +293,7 @@ async fn an_import_into_a_source_apart_applies_each_batch_once_through_a_worker_
     let token = p.run_ok(&["token", "create", "alice@acme.test"]).await.trim().to_owned();
     let client = reqwest::Client::new();
     let upload: Value = client.post(format!("{base}/api/uploads")).bearer_auth(&token).header("content-type", "text/csv").body(new_supplies(40)).send().await.unwrap().json().await.unwrap();
-    let created: Value = client
-        .post(format!("{base}/api/imports"))
-        .bearer_auth(&token)
-        .header("Idempotency-Key", "apart")
-        .json(&json!({"dataset": "supplies", "upload": upload["upload"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = apply(&client, &base, &token, "apart", &upload["upload"]).await;
     let id = created["id"].as_str().expect("an import").to_owned();
     let ours = "SELECT COUNT(*) FROM supplies WHERE org = 'org-a' AND site = 'TST'";
 
@@ -342,17 +338,7 @@ async fn an_import_into_a_source_apart_applies_each_batch_once_through_a_worker_
     assert_eq!(scalar(&db, "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'supplies'").await, 0, "the job store holds none of the source's tables");
 
     // The same file again, as a new import: every row is there, none is applied twice.
-    let again: Value = client
-        .post(format!("{base}/api/imports"))
-        .bearer_auth(&token)
-        .header("Idempotency-Key", "apart-again")
-        .json(&json!({"dataset": "supplies", "upload": upload["upload"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let again = apply(&client, &base, &token, "apart-again", &upload["upload"]).await;
     let again_id = again["id"].as_str().expect("an import").to_owned();
     eventually("the second import is ready", LONG, || {
         let db = db.clone();

@@ -11,10 +11,7 @@ pub const NAMES: [&str; 4] = ["tenant", "subject", "keys", "refs"];
 /// The names of the placeholders `sql` uses, in order, or the first one it does not know.
 pub fn used(sql: &str) -> Result<Vec<String>, String> {
     let mut names = Vec::new();
-    rewrite(sql, DbBackend::Sqlite, |name| {
-        names.push(name.to_owned());
-        Some(String::new())
-    })?;
+    rewrite(sql, DbBackend::Sqlite, |name| names.push(name.to_owned()))?;
     Ok(names)
 }
 
@@ -22,16 +19,13 @@ pub fn used(sql: &str) -> Result<Vec<String>, String> {
 /// when it gives none); an unknown placeholder is an error.
 pub fn statement(sql: &str, backend: DbBackend, value: impl Fn(&str) -> Option<String>) -> Result<Statement, String> {
     let mut values: Vec<sea_orm::Value> = Vec::new();
-    let text = rewrite(sql, backend, |name| {
-        values.push(value(name).into());
-        Some(String::new())
-    })?;
+    let text = rewrite(sql, backend, |name| values.push(value(name).into()))?;
     Ok(Statement::from_sql_and_values(backend, text, values))
 }
 
 /// `sql` with each placeholder replaced by the backend's parameter marker; `seen` is told
 /// each one's name in order.
-fn rewrite(sql: &str, backend: DbBackend, mut seen: impl FnMut(&str) -> Option<String>) -> Result<String, String> {
+fn rewrite(sql: &str, backend: DbBackend, mut seen: impl FnMut(&str)) -> Result<String, String> {
     let mut out = String::with_capacity(sql.len());
     let mut chars = sql.char_indices().peekable();
     let mut bound = 0usize;

@@ -264,19 +264,26 @@ impl Target {
         Ok(found)
     }
 
-    /// The columns an insert of a row with these dataset columns writes: the tenant's, each
-    /// key part's compared form where no column of the file fills it, then the file's columns.
-    fn insert_columns(&self, present: &[usize]) -> Vec<String> {
+    /// For each key part, whether an insert writes its compared form in a column of its own:
+    /// unless a column the file has (`present`) fills that column with the same text.
+    fn own_key_columns(&self, present: &[usize]) -> Vec<bool> {
         let d = &self.dataset;
-        let filled: Vec<&str> = present.iter().map(|&i| d.columns[i].column.as_str()).collect();
+        d.key
+            .iter()
+            .map(|k| {
+                let same = d.column(&k.name).is_some_and(|c| c.column == k.column && k.compare == Compare::Exact);
+                !(same && present.iter().any(|&i| d.columns[i].column == k.column))
+            })
+            .collect()
+    }
+
+    /// The columns an insert of a row with these dataset columns writes: the tenant's, each
+    /// key part's compared form in a column of its own (`own`), then the file's columns.
+    fn insert_columns(&self, present: &[usize], own: &[bool]) -> Vec<String> {
+        let d = &self.dataset;
         let mut columns = vec![d.tenant.clone()];
-        for k in &d.key {
-            let same = d.column(&k.name).is_some_and(|c| c.column == k.column && k.compare == Compare::Exact);
-            if !(same && filled.contains(&k.column.as_str())) {
-                columns.push(k.column.clone());
-            }
-        }
-        columns.extend(filled.iter().map(|c| (*c).to_owned()));
+        columns.extend(d.key.iter().zip(own).filter(|(_, own)| **own).map(|(k, _)| k.column.clone()));
+        columns.extend(present.iter().map(|&i| d.columns[i].column.clone()));
         columns
     }
 
@@ -303,7 +310,8 @@ impl Target {
             p.sort_unstable();
             p
         }).unwrap_or_default();
-        let columns = self.insert_columns(&present);
+        let own = self.own_key_columns(&present);
+        let columns = self.insert_columns(&present, &own);
         let missing: Vec<&str> = d.columns.iter().enumerate().filter(|(i, c)| c.required && !present.contains(i)).map(|(_, c)| c.name.as_str()).collect();
         let mut refs = Vec::new();
         let mut ops = Vec::with_capacity(keys.len());
@@ -354,13 +362,7 @@ impl Target {
             } else {
                 let mut values: Vec<sea_orm::Value> = Vec::with_capacity(columns.len());
                 values.push(text_value(Some(self.tenant.clone())));
-                let filled: Vec<&str> = present.iter().map(|&i| d.columns[i].column.as_str()).collect();
-                for (p, k) in d.key.iter().enumerate() {
-                    let same = d.column(&k.name).is_some_and(|c| c.column == k.column && k.compare == Compare::Exact);
-                    if !(same && filled.contains(&k.column.as_str())) {
-                        values.push(text_value(Some(parts[p].clone())));
-                    }
-                }
+                values.extend(parts.iter().zip(&own).filter(|(_, own)| **own).map(|(part, _)| text_value(Some(part.clone()))));
                 values.extend(written.into_iter().map(|(_, v)| v));
                 Op::Insert(values)
             };
