@@ -3,6 +3,9 @@ import { defineConfig } from '@playwright/test';
 const port = Number(process.env.E2E_PORT ?? 3100);
 // A second server, on a catalog that is not the demo's (tests/catalog.spec.ts).
 const catalogPort = Number(process.env.E2E_CATALOG_PORT ?? 3101);
+// The organisation's OpenID Connect provider the first server signs users in through
+// (tests/oidc.spec.ts): `oidc-provider` from npm.
+const oidcPort = Number(process.env.E2E_OIDC_PORT ?? 3102);
 
 export default defineConfig({
   testDir: './tests',
@@ -36,6 +39,14 @@ export default defineConfig({
     { name: 'ar', use: { locale: 'ar' } },
   ],
   webServer: [
+    {
+      command: 'node ./oidc/provider.mjs',
+      url: `http://127.0.0.1:${oidcPort}/.well-known/openid-configuration`,
+      timeout: 60_000,
+      reuseExistingServer: false,
+      stdout: 'pipe',
+      stderr: 'pipe',
+    },
     {
       command: 'bash ./start-server.sh',
       url: `http://127.0.0.1:${port}/healthz`,

@@ -18,6 +18,9 @@ psql "$admin" -q -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS exportd_e2e WITH
 # runs for seconds too.
 export DATABASE_URL="$db_url" EXPORTD_STORE="file://$run/objects" EXPORTD_LOG=warn EXPORTD_PART_ROWS=5000 \
   FAILPOINTS="each_chunk=sleep(700);import_before_batch=sleep(200)" EXPORTD_IMPORT_BATCH_ROWS=100
+# Sign-in through the provider of oidc/provider.mjs as well as with passwords.
+export EXPORTD_OIDC_ISSUER="http://127.0.0.1:${E2E_OIDC_PORT:-3102}" EXPORTD_OIDC_ALLOW_HTTP=1 \
+  EXPORTD_OIDC_CLIENT_ID=exportd-e2e EXPORTD_OIDC_CLIENT_SECRET=e2e-secret-that-is-long-enough EXPORTD_OIDC_NAME="Example IdP"
 cd "$root"
 "$exe" seed --demo --orders 20000
 # The server's errors are kept in .run/server.log as well, for the check after the run that no

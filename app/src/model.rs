@@ -376,6 +376,10 @@ pub struct PageCatalog {
     pub reports: Vec<PageReport>,
     /// The datasets, in the catalog's order.
     pub datasets: Vec<PageTitled>,
+    /// The name of the organisation's OpenID Connect provider, when sign-in through it is set
+    /// up: the sign-in form then offers "Sign in with NAME".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sign_in_with: Option<String>,
 }
 
 /// A name and its titles.

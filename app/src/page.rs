@@ -191,6 +191,17 @@ pub fn ExportPage() -> impl IntoView {
                         on:input=move |ev| password.set(event_target_value(&ev))/>
                 </label>
                 <button type="submit" data-testid="sign-in">{move || td_string!(i18n.get_locale(), sign_in)}</button>
+                {catalog.with_value(|c| c.sign_in_with.clone()).map(|name| {
+                    let out_of = name.clone();
+                    view! {
+                        // Plain links: sign-in through the provider works before the page's script runs.
+                        <p class="provider">
+                            <a class="button" href="/auth/oidc/start" data-testid="sign-in-with-provider">{move || td_string!(i18n.get_locale(), sign_in_with, name = name.clone()).to_string()}</a>
+                            " "
+                            <a href="/auth/oidc/sign-out" data-testid="provider-sign-out">{move || td_string!(i18n.get_locale(), sign_out_of_provider, name = out_of.clone()).to_string()}</a>
+                        </p>
+                    }
+                })}
             </form>
         }
     };

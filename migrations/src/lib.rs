@@ -21,6 +21,7 @@ mod m20261205_000013_import_refusals;
 mod m20261206_000014_tenant_source_ids;
 mod m20261206_000015_schema_digests;
 mod m20261206_000016_import_defaults;
+mod m20261206_000017_oidc_users;
 
 /// A customer's key in its tenant (SPEC §10): the email trimmed and lower-cased, computed here
 /// and never by the database, whose `lower()` differs between backends. The migration that
@@ -52,6 +53,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000014_tenant_source_ids::Migration),
             Box::new(m20261206_000015_schema_digests::Migration),
             Box::new(m20261206_000016_import_defaults::Migration),
+            Box::new(m20261206_000017_oidc_users::Migration),
         ]
     }
 }

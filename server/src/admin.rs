@@ -102,6 +102,10 @@ pub async fn add_user(db: &DatabaseConnection, email: &str, tenant_slug: &str, r
         role: Set(role.as_str().to_owned()),
         active: Set(true),
         created_at: Set(now_ms),
+        oidc_issuer: Set(None),
+        oidc_subject: Set(None),
+        contact_email: Set(None),
+        role_pinned: Set(false),
     }
     .insert(&txn)
     .await?;
@@ -109,9 +113,10 @@ pub async fn add_user(db: &DatabaseConnection, email: &str, tenant_slug: &str, r
     Ok(user)
 }
 
-/// The user of this email (compared trimmed and lower-cased, as stored).
+/// The user of this email (compared trimmed and lower-cased, as stored), or of `oidc:SUB` (a
+/// user of the provider; its `sub` compared exactly).
 pub async fn user_by_email<C: ConnectionTrait>(db: &C, email: &str) -> Result<users::Model, AdminError> {
-    let email = email.trim().to_lowercase();
+    let email = if email.trim().starts_with("oidc:") { email.trim().to_owned() } else { email.trim().to_lowercase() };
     users::Entity::find().filter(users::Column::Email.eq(&email)).one(db).await?.ok_or_else(|| refused(format!("no user {email:?}")))
 }
 

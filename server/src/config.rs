@@ -75,6 +75,32 @@ pub struct Config {
     /// `EXPORTD_SOURCE_READ_URL`: a read-only role on the source for exports; `None`: the
     /// source's URL.
     pub source_read_url: Option<String>,
+    /// Sign-in through the organisation's OpenID Connect provider (contract §13); `None`
+    /// without `EXPORTD_OIDC_ISSUER`.
+    pub oidc: Option<OidcConfig>,
+    /// How long one query of the catalog's `[authority] sql` may take
+    /// (`EXPORTD_AUTHORITY_TIMEOUT_MS`, default 2,000).
+    pub authority_timeout: Duration,
+}
+
+/// The organisation's OpenID Connect provider (`EXPORTD_OIDC_*`).
+#[derive(Debug, Clone)]
+pub struct OidcConfig {
+    /// `EXPORTD_OIDC_ISSUER`: https, or http on the loopback with `EXPORTD_OIDC_ALLOW_HTTP=1`.
+    pub issuer: String,
+    /// `EXPORTD_OIDC_CLIENT_ID`.
+    pub client_id: String,
+    /// `EXPORTD_OIDC_CLIENT_SECRET`; without one exportd is a public client (PKCE alone).
+    pub client_secret: Option<String>,
+    /// `EXPORTD_OIDC_NAME`: the button says "Sign in with NAME" (default: the issuer's host).
+    pub name: String,
+    /// `EXPORTD_OIDC_TENANT_CLAIM` (default `exportd_tenant`): the claim naming the tenant's slug.
+    pub tenant_claim: String,
+    /// `EXPORTD_OIDC_ROLE_CLAIM` (default `exportd_role`): the claim naming the role.
+    pub role_claim: String,
+    /// `EXPORTD_OIDC_AUDIENCE`: the audience of access tokens accepted as API credentials; no
+    /// default, and never the client id (an ID token is never an API credential).
+    pub audience: Option<String>,
 }
 
 /// The most jobs one worker process runs at once: each holds a database connection for its
@@ -169,6 +195,8 @@ impl Config {
             catalog: crate::catalog::Catalog::builtin(),
             source_url: std::env::var("EXPORTD_SOURCE_URL").ok().filter(|v| !v.is_empty()),
             source_read_url: std::env::var("EXPORTD_SOURCE_READ_URL").ok().filter(|v| !v.is_empty()),
+            oidc: OidcConfig::from_env(|name| std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()))?,
+            authority_timeout: Duration::from_millis(number("EXPORTD_AUTHORITY_TIMEOUT_MS", 2000)?.max(1)),
         })
     }
 
@@ -203,6 +231,8 @@ impl Config {
             catalog: crate::catalog::Catalog::builtin(),
             source_url: None,
             source_read_url: None,
+            oidc: None,
+            authority_timeout: Duration::from_secs(2),
         }
     }
 
@@ -220,6 +250,42 @@ impl Config {
     /// The store URL of one deployment: its own (`EXPORTD_STORE_<DEPLOYMENT>`), else the default.
     pub fn store_url_for(&self, deployment: &str) -> String {
         self.deployment_stores.get(&deployment.to_ascii_lowercase()).cloned().unwrap_or_else(|| self.store_url.clone())
+    }
+}
+
+impl OidcConfig {
+    /// Reads `EXPORTD_OIDC_*` through `var` (a variable that is unset or blank gives `None`);
+    /// `None` without an issuer.
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Option<OidcConfig>, BadVariable> {
+        let Some(issuer) = var("EXPORTD_OIDC_ISSUER") else { return Ok(None) };
+        let bad = |name: &'static str, value: &str, expected: &'static str| BadVariable { name, value: value.to_owned(), expected };
+        let url = url::Url::parse(&issuer).map_err(|_| bad("EXPORTD_OIDC_ISSUER", &issuer, "the provider's issuer URL"))?;
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
+        let allow_http = var("EXPORTD_OIDC_ALLOW_HTTP").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        match url.scheme() {
+            "https" => {}
+            "http" if loopback && allow_http => {}
+            _ => return Err(bad("EXPORTD_OIDC_ISSUER", &issuer, "an https URL (http only on the loopback, with EXPORTD_OIDC_ALLOW_HTTP=1)")),
+        }
+        let client_id = var("EXPORTD_OIDC_CLIENT_ID").ok_or_else(|| bad("EXPORTD_OIDC_CLIENT_ID", "", "set when EXPORTD_OIDC_ISSUER is"))?;
+        let audience = var("EXPORTD_OIDC_AUDIENCE");
+        if audience.as_deref() == Some(client_id.as_str()) {
+            return Err(bad("EXPORTD_OIDC_AUDIENCE", &client_id, "an audience other than the client id, so an ID token is never an API credential"));
+        }
+        Ok(Some(OidcConfig {
+            name: var("EXPORTD_OIDC_NAME").unwrap_or_else(|| url.host_str().unwrap_or("your provider").to_owned()),
+            issuer,
+            client_id,
+            client_secret: var("EXPORTD_OIDC_CLIENT_SECRET"),
+            tenant_claim: var("EXPORTD_OIDC_TENANT_CLAIM").unwrap_or_else(|| "exportd_tenant".to_owned()),
+            role_claim: var("EXPORTD_OIDC_ROLE_CLAIM").unwrap_or_else(|| "exportd_role".to_owned()),
+            audience,
+        }))
     }
 }
 
@@ -280,5 +346,47 @@ impl PublicOrigin {
     /// Whether users reach exportd over TLS at this origin.
     pub fn is_https(&self) -> bool {
         self.scheme == "https"
+    }
+}
+
+impl std::fmt::Display for PublicOrigin {
+    /// `scheme://host:port`, the port left out when it is the scheme's own.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let default = if self.is_https() { 443 } else { 80 };
+        if self.port == default {
+            write!(f, "{}://{}", self.scheme, self.host)
+        } else {
+            write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OidcConfig;
+
+    fn read(vars: &[(&str, &str)]) -> Result<Option<OidcConfig>, String> {
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        OidcConfig::from_env(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_provider_is_https_and_plain_http_only_on_the_loopback_when_allowed() {
+        assert!(read(&[]).unwrap().is_none(), "no issuer, no provider");
+        let ok = read(&[("EXPORTD_OIDC_ISSUER", "https://id.example.com/realms/a"), ("EXPORTD_OIDC_CLIENT_ID", "exportd")]).unwrap().unwrap();
+        assert_eq!((ok.name.as_str(), ok.tenant_claim.as_str(), ok.role_claim.as_str()), ("id.example.com", "exportd_tenant", "exportd_role"));
+        assert!(read(&[("EXPORTD_OIDC_ISSUER", "http://127.0.0.1:9000"), ("EXPORTD_OIDC_CLIENT_ID", "x")]).is_err(), "http needs the switch");
+        assert!(read(&[("EXPORTD_OIDC_ISSUER", "http://id.example.com"), ("EXPORTD_OIDC_CLIENT_ID", "x"), ("EXPORTD_OIDC_ALLOW_HTTP", "1")]).is_err(), "and the loopback");
+        assert!(read(&[("EXPORTD_OIDC_ISSUER", "http://127.0.0.1:9000"), ("EXPORTD_OIDC_CLIENT_ID", "x"), ("EXPORTD_OIDC_ALLOW_HTTP", "1")]).unwrap().is_some());
+        assert!(read(&[("EXPORTD_OIDC_ISSUER", "https://id.example.com")]).is_err(), "a client id is required");
+    }
+
+    #[test]
+    fn the_api_audience_may_not_be_the_client_id_so_an_id_token_is_never_an_api_credential() {
+        let base = [("EXPORTD_OIDC_ISSUER", "https://id.example.com"), ("EXPORTD_OIDC_CLIENT_ID", "exportd")];
+        let same = read(&[base[0], base[1], ("EXPORTD_OIDC_AUDIENCE", "exportd")]);
+        assert!(same.unwrap_err().contains("EXPORTD_OIDC_AUDIENCE"));
+        let other = read(&[base[0], base[1], ("EXPORTD_OIDC_AUDIENCE", "exportd-api")]).unwrap().unwrap();
+        assert_eq!(other.audience.as_deref(), Some("exportd-api"));
     }
 }

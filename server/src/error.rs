@@ -79,6 +79,10 @@ pub enum AppError {
     /// statement cut off, no connection free): nothing changed; try again in a second.
     #[error("busy")]
     Busy,
+    /// The catalog's authority query did not answer (its source is down or too slow): answered
+    /// 503 `busy`, never a guess at the role; the cause goes to the log only.
+    #[error("authority unanswered: {0}")]
+    AuthorityUnanswered(String),
     /// The request had no answer within the server's request timeout (a client too slow to
     /// send its body, most often).
     #[error("request timeout")]
@@ -148,7 +152,7 @@ impl AppError {
             LinkExpired => ("link-expired", StatusCode::FORBIDDEN, "The link has expired"),
             RangeNotSatisfiable { .. } => ("range-not-satisfiable", StatusCode::RANGE_NOT_SATISFIABLE, "The range is outside the file"),
             NotReady(_) => ("not-ready", StatusCode::SERVICE_UNAVAILABLE, "A service this process needs does not answer"),
-            Busy => ("busy", StatusCode::SERVICE_UNAVAILABLE, "Busy; try again in a moment"),
+            Busy | AuthorityUnanswered(_) => ("busy", StatusCode::SERVICE_UNAVAILABLE, "Busy; try again in a moment"),
             RequestTimeout => ("request-timeout", StatusCode::REQUEST_TIMEOUT, "The request took too long"),
             CreationPaused { .. } => ("creation-paused", StatusCode::SERVICE_UNAVAILABLE, "New operations are paused for maintenance"),
             Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
@@ -182,6 +186,10 @@ impl AppError {
                 problem.retry_after = Some(retry_after_secs);
             }
             AppError::Busy => problem.retry_after = Some(1),
+            AppError::AuthorityUnanswered(cause) => {
+                tracing::warn!(cause = %cause, "the authority source did not answer; answered busy");
+                problem.retry_after = Some(1);
+            }
             AppError::Internal(cause) => {
                 let support_ref = new_support_ref();
                 tracing::error!(support_ref = %support_ref, cause = %cause, "internal error");

@@ -194,6 +194,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             let user = exportd::admin::user_by_email(&db, &email).await.map_err(|e| e.to_string())?;
             let mut user: users::ActiveModel = user.into();
             user.role = Set(role.as_str().to_owned());
+            // A role set here is kept: the provider's later claims do not change it (contract §13).
+            user.role_pinned = Set(true);
             user.update(&db).await.map_err(|e| format!("database: {e}"))?;
             Ok(())
         }

@@ -80,6 +80,10 @@ pub async fn seed_demo(db: &DatabaseConnection, orders_per_tenant: u32, now_ms: 
                 role: Set(role.to_owned()),
                 active: Set(true),
                 created_at: Set(now_ms),
+                oidc_issuer: Set(None),
+                oidc_subject: Set(None),
+                contact_email: Set(None),
+                role_pinned: Set(false),
             }
             .insert(db)
             .await?;

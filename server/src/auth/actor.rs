@@ -1,5 +1,6 @@
 //! The authenticated caller of an API request.
 
+use super::authority::{Authority, Whom};
 use super::{require_same_origin, tokens::hash_secret, Role};
 use crate::entities::{api_tokens, sessions, tenants, users};
 use crate::error::AppError;
@@ -13,8 +14,10 @@ use sea_orm::ConnectionTrait;
 pub enum AuthVia {
     /// A browser session; holds the cookie value so logout can revoke it.
     Session(String),
-    /// An API token.
+    /// An API token of exportd's own.
     Token,
+    /// An access token (a JWT) from the organisation's OpenID Connect provider.
+    ProviderToken,
 }
 
 /// An active user of a tenant, as of this request.
@@ -22,9 +25,10 @@ pub enum AuthVia {
 pub struct Actor {
     /// The user's id.
     pub user_id: String,
-    /// The user's email.
+    /// The user's email: for a user of the provider, the claim's (or `oidc:SUB` without one).
     pub email: String,
-    /// The user's role now.
+    /// The user's role now, from the [`Authority`]; no access reads as a viewer's (it may read
+    /// and cancel its own operations, nothing else).
     pub role: Role,
     /// The tenant's id.
     pub tenant_id: String,
@@ -42,43 +46,64 @@ fn actor_query() -> sea_orm::sea_query::SelectStatement {
     Query::select()
         .columns([(users::Entity, users::Column::Id), (users::Entity, users::Column::Email), (users::Entity, users::Column::Role)])
         .columns([(tenants::Entity, tenants::Column::Id), (tenants::Entity, tenants::Column::Slug), (tenants::Entity, tenants::Column::Deployment)])
+        .columns([(users::Entity, users::Column::OidcSubject), (users::Entity, users::Column::ContactEmail)])
+        .column((tenants::Entity, tenants::Column::SourceId))
         .from(users::Entity)
         .inner_join(tenants::Entity, Expr::col((tenants::Entity, tenants::Column::Id)).equals((users::Entity, users::Column::TenantId)))
         .and_where(Expr::col((users::Entity, users::Column::Active)).eq(true))
         .to_owned()
 }
 
-/// Runs an actor query; `None` when no active user matched (or their role is unknown).
-async fn one_actor<C: ConnectionTrait>(db: &C, query: sea_orm::sea_query::SelectStatement, via: AuthVia) -> Result<Option<Actor>, AppError> {
+/// Runs an actor query and asks `authority` for the role; `None` when no active user matched
+/// (or their stored role is unknown).
+async fn one_actor<C: ConnectionTrait>(db: &C, authority: &Authority, query: sea_orm::sea_query::SelectStatement, via: AuthVia) -> Result<Option<Actor>, AppError> {
     let backend = db.get_database_backend();
     let Some(row) = db.query_one_raw(backend.build(&query)).await? else { return Ok(None) };
     let text = |i: usize| row.try_get_by_index::<String>(i);
-    let Some(role) = Role::parse(&text(2)?) else { return Ok(None) };
-    Ok(Some(Actor { user_id: text(0)?, email: text(1)?, role, tenant_id: text(3)?, tenant_slug: text(4)?, deployment: text(5)?, via }))
+    let maybe = |i: usize| row.try_get_by_index::<Option<String>>(i);
+    let Some(stored) = Role::parse(&text(2)?) else { return Ok(None) };
+    let email = text(1)?;
+    let subject = maybe(6)?;
+    let source_id = text(8)?;
+    // The authority's subject is the provider's `sub`, or a password user's email (contract §13).
+    let whom = Whom { stored, subject: subject.as_deref().unwrap_or(&email), tenant_source_id: &source_id };
+    let role = authority.role(whom).await.map_err(|e| AppError::AuthorityUnanswered(e.0))?.unwrap_or(Role::Viewer);
+    let email = maybe(7)?.unwrap_or(email);
+    Ok(Some(Actor { user_id: text(0)?, email, role, tenant_id: text(3)?, tenant_slug: text(4)?, deployment: text(5)?, via }))
 }
 
-/// Loads an active user and their tenant as an actor, in one query; `None` when the user is
-/// unknown or inactive.
-pub async fn load_active_actor<C: ConnectionTrait>(db: &C, user_id: &str, via: AuthVia) -> Result<Option<Actor>, AppError> {
+/// Loads an active user and their tenant as an actor, in one query, with the role `authority`
+/// gives it now; `None` when the user is unknown or inactive.
+pub async fn load_active_actor<C: ConnectionTrait>(db: &C, authority: &Authority, user_id: &str, via: AuthVia) -> Result<Option<Actor>, AppError> {
     use sea_orm::sea_query::{Expr, ExprTrait};
     let mut query = actor_query();
     query.and_where(Expr::col((users::Entity, users::Column::Id)).eq(user_id));
-    one_actor(db, query, via).await
+    one_actor(db, authority, query, via).await
 }
 
 /// The actor of an unrevoked API token (by its hash), in one query.
-async fn actor_of_token<C: ConnectionTrait>(db: &C, token_hash: String) -> Result<Option<Actor>, AppError> {
+async fn actor_of_token<C: ConnectionTrait>(db: &C, authority: &Authority, token_hash: String) -> Result<Option<Actor>, AppError> {
     use sea_orm::sea_query::{Expr, ExprTrait};
     let mut query = actor_query();
     query
         .inner_join(api_tokens::Entity, Expr::col((api_tokens::Entity, api_tokens::Column::UserId)).equals((users::Entity, users::Column::Id)))
         .and_where(Expr::col((api_tokens::Entity, api_tokens::Column::TokenHash)).eq(token_hash))
         .and_where(Expr::col((api_tokens::Entity, api_tokens::Column::RevokedAt)).is_null());
-    one_actor(db, query, AuthVia::Token).await
+    one_actor(db, authority, query, AuthVia::Token).await
+}
+
+/// The actor of a provider's user, by its `(issuer, sub)`.
+pub async fn actor_of_subject<C: ConnectionTrait>(db: &C, authority: &Authority, issuer: &str, subject: &str, via: AuthVia) -> Result<Option<Actor>, AppError> {
+    use sea_orm::sea_query::{Expr, ExprTrait};
+    let mut query = actor_query();
+    query
+        .and_where(Expr::col((users::Entity, users::Column::OidcIssuer)).eq(issuer))
+        .and_where(Expr::col((users::Entity, users::Column::OidcSubject)).eq(subject));
+    one_actor(db, authority, query, via).await
 }
 
 /// The actor of a live session (by its hash), in one query.
-async fn actor_of_session<C: ConnectionTrait>(db: &C, session_hash: String, secret: String, now_ms: i64) -> Result<Option<Actor>, AppError> {
+async fn actor_of_session<C: ConnectionTrait>(db: &C, authority: &Authority, session_hash: String, secret: String, now_ms: i64) -> Result<Option<Actor>, AppError> {
     use sea_orm::sea_query::{Expr, ExprTrait};
     let mut query = actor_query();
     query
@@ -86,7 +111,7 @@ async fn actor_of_session<C: ConnectionTrait>(db: &C, session_hash: String, secr
         .and_where(Expr::col((sessions::Entity, sessions::Column::Id)).eq(session_hash))
         .and_where(Expr::col((sessions::Entity, sessions::Column::RevokedAt)).is_null())
         .and_where(Expr::col((sessions::Entity, sessions::Column::ExpiresAt)).gt(now_ms));
-    one_actor(db, query, AuthVia::Session(secret)).await
+    one_actor(db, authority, query, AuthVia::Session(secret)).await
 }
 
 /// The value of our session cookie in a request, if any: over TLS only the `__Host-` one.
@@ -102,6 +127,12 @@ pub fn session_secret(parts: &Parts, secure: bool) -> Option<String> {
         .find(|(cookie, _)| *cookie == name)
         .map(|(_, value)| value.to_owned())
         .filter(|v| !v.is_empty())
+}
+
+/// Whether a bearer token has a JWT's shape (three dot-separated parts); exportd's own tokens
+/// never do.
+fn looks_like_jwt(token: &str) -> bool {
+    token.split('.').count() == 3
 }
 
 /// The token of an `Authorization: Bearer …` header; the scheme's name is case-insensitive
@@ -122,9 +153,15 @@ impl FromRequestParts<AppState> for Actor {
         }
         let actor = if let Some(auth) = parts.headers.get(header::AUTHORIZATION) {
             let token = auth.to_str().ok().and_then(bearer_token).ok_or(AppError::Unauthenticated)?;
-            actor_of_token(&state.db, hash_secret(token)).await?
+            match &state.oidc {
+                Some(provider) if looks_like_jwt(token) => match provider.verify_access_token(token).await {
+                    Some(subject) => actor_of_subject(&state.db, &state.authority, provider.issuer(), &subject, AuthVia::ProviderToken).await?,
+                    None => None,
+                },
+                _ => actor_of_token(&state.db, &state.authority, hash_secret(token)).await?,
+            }
         } else if let Some(secret) = session_secret(parts, super::over_tls(parts, &state.config)) {
-            actor_of_session(&state.db, hash_secret(&secret), secret, now).await?
+            actor_of_session(&state.db, &state.authority, hash_secret(&secret), secret, now).await?
         } else {
             return Err(AppError::Unauthenticated);
         };

@@ -1,15 +1,21 @@
-//! Who is calling: passwords, browser sessions, API tokens, roles and the same-origin rule.
+//! Who is calling, and what they may do: passwords, browser sessions, exportd's API tokens,
+//! the organisation's OpenID Connect provider (sign-in and access tokens), all yielding the same
+//! [`Actor`]; roles, and the one [`Authority`] a role is read from; the same-origin rule.
 
 mod actor;
+pub mod authority;
+pub mod oidc;
+pub mod oidc_sign_in;
 mod origin;
 mod passwords;
 mod sessions;
 pub mod throttle;
 mod tokens;
 
-pub use actor::{load_active_actor, session_secret, Actor, AuthVia};
+pub use actor::{actor_of_subject, load_active_actor, session_secret, Actor, AuthVia};
+pub use authority::Authority;
 pub use crate::config::PublicOrigin;
-pub use origin::{client_ip, over_tls, require_same_origin, throttle_address};
+pub use origin::{client_ip, origin, over_tls, require_same_origin, throttle_address};
 pub use passwords::{hash_password, verify_password_or_dummy};
 pub use sessions::{clear_session_cookie, create_session, purge_sessions, revoke_session, session_cookie, session_cookie_name, SESSION_COOKIE};
 pub use tokens::{create_token, hash_secret, new_secret};

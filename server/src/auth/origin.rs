@@ -38,6 +38,11 @@ fn forwarded_https(parts: &Parts, config: &Config) -> bool {
     from_trusted_proxy(parts, config) && parts.headers.get("x-forwarded-proto").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
 }
 
+/// The origin users reach exportd at: the public origin, or the request's own.
+pub fn origin(parts: &Parts, config: &Config) -> Option<PublicOrigin> {
+    config.public_origin.clone().or_else(|| own_origin(parts, config))
+}
+
 /// Whether the user reached exportd over TLS: the public origin is https, or (without one) a
 /// trusted proxy says so. The session cookie is then `Secure` and `__Host-`.
 pub fn over_tls(parts: &Parts, config: &Config) -> bool {

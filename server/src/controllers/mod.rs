@@ -7,6 +7,7 @@ pub mod exports;
 pub mod health;
 pub mod ids;
 pub mod imports;
+pub mod oidc;
 pub mod openapi;
 pub mod page;
 pub mod session;

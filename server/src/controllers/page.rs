@@ -131,7 +131,7 @@ pub fn page_catalog(catalog: &crate::catalog::Catalog) -> app::PageCatalog {
                 .collect(),
         })
         .collect();
-    app::PageCatalog { reports, datasets: catalog.datasets.iter().map(|d| titled(&d.name, &d.title)).collect() }
+    app::PageCatalog { reports, datasets: catalog.datasets.iter().map(|d| titled(&d.name, &d.title)).collect(), sign_in_with: None }
 }
 
 /// Puts who is signed in into the extensions of a request for the page (`app::PageSession`), so
@@ -148,7 +148,9 @@ pub async fn find_page_session(
         return next.run(req).await;
     }
     let (mut parts, body) = req.into_parts();
-    parts.extensions.insert(app::PageCatalogOf(std::sync::Arc::new(page_catalog(&state.config.catalog))));
+    let mut offered = page_catalog(&state.config.catalog);
+    offered.sign_in_with = state.oidc.as_ref().map(|p| p.config().name.clone());
+    parts.extensions.insert(app::PageCatalogOf(std::sync::Arc::new(offered)));
     match Actor::from_request_parts(&mut parts, &state).await {
         Ok(actor) => {
             parts.extensions.insert(app::PageSession(Some(super::session::session_view(actor))));

@@ -8,6 +8,7 @@ pub mod job_checkpoints;
 pub mod job_events;
 pub mod jobs;
 pub mod login_throttle;
+pub mod oidc_sign_ins;
 pub mod orders;
 pub mod sessions;
 pub mod settings;

@@ -14,6 +14,14 @@ pub struct Model {
     pub role: String,
     pub active: bool,
     pub created_at: i64,
+    /// The provider's issuer, for a user who signs in through it.
+    pub oidc_issuer: Option<String>,
+    /// The provider's `sub`, for a user who signs in through it.
+    pub oidc_subject: Option<String>,
+    /// The email the provider's claims gave (optional, not unique).
+    pub contact_email: Option<String>,
+    /// A role set by `exportd user set-role`, which later claims do not change.
+    pub role_pinned: bool,
 }
 
 /// No relations are navigated through the ORM; queries join explicitly.

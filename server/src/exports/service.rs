@@ -283,7 +283,7 @@ pub async fn open_link(state: &ServiceContext, grant: &crate::links::LinkGrant) 
     if m.artifact_expired {
         return Err(AppError::ArtifactExpired);
     }
-    let actor = crate::auth::load_active_actor(&state.db, &grant.actor_id, crate::auth::AuthVia::Token).await?;
+    let actor = crate::auth::load_active_actor(&state.db, &state.authority, &grant.actor_id, crate::auth::AuthVia::Token).await?;
     let resolved = resolved_of(&m)?;
     let allowed = actor.as_ref().is_some_and(|a| a.tenant_id == m.tenant_id && role_covers(&state.config.catalog, a.role, &m.report, &resolved));
     if !allowed {

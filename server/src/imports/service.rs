@@ -268,7 +268,7 @@ pub async fn open_report(state: &ServiceContext, grant: &crate::links::LinkGrant
         return Err(AppError::LinkInvalid);
     }
     report_readable(&m, state.now_ms())?;
-    let actor = crate::auth::load_active_actor(&state.db, &grant.actor_id, crate::auth::AuthVia::Token).await?;
+    let actor = crate::auth::load_active_actor(&state.db, &state.authority, &grant.actor_id, crate::auth::AuthVia::Token).await?;
     if !actor.as_ref().is_some_and(|a| a.tenant_id == m.tenant_id && a.role.may_import()) {
         return Err(AppError::PermissionRevoked);
     }

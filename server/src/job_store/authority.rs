@@ -9,7 +9,7 @@ use sea_orm::sea_query::{Expr, ExprTrait, Query};
 
 /// What the job's actor must still be allowed to do for a fenced write to go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Authority {
+pub enum Permission {
     /// Export a contract whose resolved columns do or do not include PII columns.
     Export {
         /// Whether they do.
@@ -21,29 +21,35 @@ pub enum Authority {
     Import,
 }
 
-impl Authority {
+impl Permission {
     /// The names of the roles that may do it.
     pub fn roles(self) -> Vec<&'static str> {
-        let allowed = |r: &Role| match self {
-            Authority::Export { needs_pii, roles } => roles.allows(*r) && r.may_export_contract(needs_pii),
-            Authority::Import => r.may_import(),
-        };
-        Role::ALL.into_iter().filter(allowed).map(Role::as_str).collect()
+        Role::ALL.into_iter().filter(|r| self.allows(*r)).map(Role::as_str).collect()
     }
 
-    /// `EXISTS (…)`: the job's actor exists, is active, belongs to the job's tenant and has a
+    /// Whether `role` may do it.
+    pub fn allows(self, role: Role) -> bool {
+        match self {
+            Permission::Export { needs_pii, roles } => roles.allows(role) && role.may_export_contract(needs_pii),
+            Permission::Import => role.may_import(),
+        }
+    }
+
+    /// `EXISTS (…)`: the job's actor exists, is active, belongs to the job's tenant and, when
+    /// `stored_role` (the role is the one in `users`, not the catalog's authority query's), has a
     /// role that may do it.
-    pub fn condition(self) -> Expr {
-        Expr::exists(
-            Query::select()
-                .expr(Expr::val(1))
-                .from(users::Entity)
-                .and_where(Expr::col((users::Entity, users::Column::Id)).equals((jobs::Entity, jobs::Column::ActorId)))
-                .and_where(Expr::col((users::Entity, users::Column::TenantId)).equals((jobs::Entity, jobs::Column::TenantId)))
-                .and_where(Expr::col((users::Entity, users::Column::Active)).eq(true))
-                .and_where(Expr::col((users::Entity, users::Column::Role)).is_in(self.roles()))
-                .to_owned(),
-        )
+    pub fn condition(self, stored_role: bool) -> Expr {
+        let mut query = Query::select();
+        query
+            .expr(Expr::val(1))
+            .from(users::Entity)
+            .and_where(Expr::col((users::Entity, users::Column::Id)).equals((jobs::Entity, jobs::Column::ActorId)))
+            .and_where(Expr::col((users::Entity, users::Column::TenantId)).equals((jobs::Entity, jobs::Column::TenantId)))
+            .and_where(Expr::col((users::Entity, users::Column::Active)).eq(true));
+        if stored_role {
+            query.and_where(Expr::col((users::Entity, users::Column::Role)).is_in(self.roles()));
+        }
+        Expr::exists(query.to_owned())
     }
 }
 
@@ -54,10 +60,10 @@ mod tests {
     #[test]
     fn only_admins_may_export_pii_or_import_and_viewers_may_export_nothing() {
         let both = crate::catalog::Roles { admin: true, analyst: true };
-        assert_eq!(Authority::Export { needs_pii: true, roles: both }.roles(), vec!["admin"]);
-        assert_eq!(Authority::Export { needs_pii: false, roles: both }.roles(), vec!["admin", "analyst"]);
+        assert_eq!(Permission::Export { needs_pii: true, roles: both }.roles(), vec!["admin"]);
+        assert_eq!(Permission::Export { needs_pii: false, roles: both }.roles(), vec!["admin", "analyst"]);
         let admins = crate::catalog::Roles { admin: true, analyst: false };
-        assert_eq!(Authority::Export { needs_pii: false, roles: admins }.roles(), vec!["admin"], "a report's roles narrow the rule");
-        assert_eq!(Authority::Import.roles(), vec!["admin"]);
+        assert_eq!(Permission::Export { needs_pii: false, roles: admins }.roles(), vec!["admin"], "a report's roles narrow the rule");
+        assert_eq!(Permission::Import.roles(), vec!["admin"]);
     }
 }

@@ -4,7 +4,6 @@
 //! tells the audit row where it came from; a zero-row result is re-read and returned as
 //! [`Outcome::NotMoved`].
 
-use super::authority::Authority;
 use super::{audit, begin_write, checkpoints, db_now, Mover};
 pub use super::fencing::{current, Current, Refusal};
 use crate::entities::{job_events, jobs};
@@ -35,6 +34,14 @@ impl Failure {
     pub const STORAGE_UNAVAILABLE: Failure = Failure {
         code: "storage_unavailable",
         message: "The file store was unavailable.",
+        retryable: true,
+        transient: true,
+    };
+    /// The catalog's authority query did not answer (its source is down or too slow): nothing is
+    /// released on an unknown authority; retried with backoff.
+    pub const AUTHORITY_UNAVAILABLE: Failure = Failure {
+        code: "authority_unavailable",
+        message: "Whether the requesting user may still export this could not be checked.",
         retryable: true,
         transient: true,
     };
@@ -376,14 +383,14 @@ pub async fn heartbeat(db: &DatabaseConnection, id: &str, generation: i32, lease
 
 /// The fence before publishing: succeeds only while `job` is `running` under its generation and
 /// its actor is still authorised, and renews the lease for the copy that follows.
-pub async fn fence(db: &DatabaseConnection, job: &jobs::Model, lease: Duration, authority: Authority) -> Result<Result<(), Refusal>, DbErr> {
+pub async fn fence(db: &DatabaseConnection, job: &jobs::Model, lease: Duration, authorised: Expr) -> Result<Result<(), Refusal>, DbErr> {
     let backend = db.get_database_backend();
     let rows = jobs::Entity::update_many()
         .col_expr(jobs::Column::LeaseExpiresAt, db_now(backend).add(lease.as_millis() as i64))
         .filter(jobs::Column::Id.eq(&job.id))
         .filter(jobs::Column::Generation.eq(job.generation))
         .filter(jobs::Column::Status.eq(Running.as_str()))
-        .filter(authority.condition())
+        .filter(authorised)
         .exec(db)
         .await?;
     if rows.rows_affected == 1 {
@@ -401,7 +408,7 @@ pub async fn release(
     job: &jobs::Model,
     artifact: &Artifact,
     artifact_ttl: Duration,
-    authority: Authority,
+    authorised: Expr,
     by: Mover<'_>,
     faults: &Faults,
 ) -> Result<Result<Box<jobs::Model>, Refusal>, DbErr> {
@@ -421,7 +428,7 @@ pub async fn release(
         .col_expr(jobs::Column::FinishedAt, now())
         .filter(jobs::Column::Generation.eq(job.generation))
         .filter(jobs::Column::Status.eq(Running.as_str()))
-        .filter(authority.condition());
+        .filter(authorised);
     Ok(match apply(db, &job.id, update, by, None, Some((faults, "release_before_commit"))).await? {
         Outcome::Moved(row) => Ok(row),
         Outcome::NotMoved(current) => Err(Refusal::of(&current, job.generation)),

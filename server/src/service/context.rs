@@ -3,6 +3,8 @@
 //! the REST controllers, the page's server functions and the tests all call the service the same
 //! way.
 
+use crate::auth::oidc::Provider;
+use crate::auth::Authority;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::job_store::wakeup::Wakeup;
@@ -35,6 +37,10 @@ pub struct ServiceContext {
     /// Password checks that may run at once (one per core, less one); a login beyond them answers
     /// 503 `busy`.
     pub password_checks: Arc<tokio::sync::Semaphore>,
+    /// Where a user's role is read at every check of "authorised" (contract §2, §13).
+    pub authority: Authority,
+    /// The organisation's OpenID Connect provider, when one is configured.
+    pub oidc: Option<Arc<Provider>>,
 }
 
 /// How many password checks run at once: one per core the process may use, less one, so a flood
@@ -47,7 +53,14 @@ impl ServiceContext {
     /// Builds the context, loading the link-signing keys.
     pub async fn new(db: DatabaseConnection, config: Arc<Config>, clock: SharedClock) -> Result<ServiceContext, sea_orm::DbErr> {
         let links = LinkSigner::load(&db, config.signing_key.as_deref(), config.link_ttl).await?;
+        let authority = Authority::from_catalog(config.catalog.authority_sql.as_deref(), config.export_source_url(), config.authority_timeout).await?;
+        let oidc = match config.oidc.clone() {
+            Some(oidc) => Some(Arc::new(Provider::new(oidc).map_err(sea_orm::DbErr::Custom)?)),
+            None => None,
+        };
         Ok(ServiceContext {
+            authority,
+            oidc,
             stores: Arc::new(Stores::new(config.clone())),
             db,
             config,

@@ -53,6 +53,8 @@ pub struct WorkerContext {
     /// Where imports write when the source is a database apart from the job store
     /// (`EXPORTD_SOURCE_URL`); `None`: the job store's own, `db`.
     pub source: Option<DatabaseConnection>,
+    /// Where the actor's role is read at the worker's checks (contract §2, §13).
+    pub authority: crate::auth::Authority,
 }
 
 impl WorkerContext {
@@ -84,7 +86,9 @@ impl WorkerContext {
             Some(url) => Some(db::connect_pool(url, db::PoolUse::Control, 0, worker.concurrency as u32 + 1).await?),
             None => None,
         };
+        let authority = crate::auth::Authority::from_catalog(config.catalog.authority_sql.as_deref(), config.export_source_url(), config.authority_timeout).await?;
         Ok(WorkerContext {
+            authority,
             db,
             snapshots,
             config,

@@ -6,6 +6,7 @@ pub mod bundles;
 pub mod holders;
 pub mod imports;
 pub mod procs;
+pub mod provider;
 pub mod s3;
 
 use exportd::clock::{Clock, SharedClock, SystemClock};
@@ -100,11 +101,13 @@ pub struct Options {
     pub max_active_per_actor: u64,
     /// Changes to the test configuration (leases, TTLs, attempts).
     pub adjust: fn(&mut Config),
+    /// Changes that need the test's own values (a provider's address, say), after `adjust`.
+    pub with: Option<Arc<dyn Fn(&mut Config) + Send + Sync>>,
 }
 
 impl Options {
     pub fn new(backend: Backend) -> Options {
-        Options { backend, orders: 200, worker: false, clock: None, max_active_per_actor: 1000, adjust: |_| {} }
+        Options { backend, orders: 200, worker: false, clock: None, max_active_per_actor: 1000, adjust: |_| {}, with: None }
     }
 }
 
@@ -147,6 +150,9 @@ impl TestApp {
         let mut config = test_config(&database_url, dir.path());
         config.max_active_per_actor = opts.max_active_per_actor;
         (opts.adjust)(&mut config);
+        if let Some(with) = &opts.with {
+            with(&mut config);
+        }
         let db = exportd::db::connect_and_migrate(&database_url).await.expect("migrate");
         exportd::seed::seed_demo(&db, opts.orders, jiff::Timestamp::now().as_millisecond()).await.expect("seed");
         let clock = opts.clock.unwrap_or_else(|| Arc::new(SystemClock));

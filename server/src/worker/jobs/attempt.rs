@@ -10,6 +10,9 @@ use crate::job_store::Mover;
 use crate::worker::lease::{Holding, Lease};
 use crate::worker::snapshot::SnapshotError;
 use crate::worker::WorkerContext;
+use crate::job_store::authority::Permission;
+use crate::auth::authority::RoleError;
+use sea_orm::sea_query::Expr;
 
 /// Why an attempt stopped before its release.
 #[derive(Debug)]
@@ -65,6 +68,29 @@ impl Stop {
             Refusal::Lost => Stop::Lost,
         }
     }
+}
+
+/// SPEC §2's "authorised", asked afresh on the worker's own connection: the job's actor exists,
+/// is active, is of the job's tenant, and the role its authority gives it now allows
+/// `permission`. A source that does not answer ends the attempt for a retry, never a release.
+pub(super) async fn authorised(ctx: &WorkerContext, job: &jobs::Model, permission: Permission) -> Result<(), Stop> {
+    match ctx.authority.current_role(&ctx.db, &job.actor_id, &job.tenant_id).await {
+        Ok(Some(role)) if permission.allows(role) => Ok(()),
+        Ok(_) => Err(Stop::Revoked),
+        Err(RoleError::Unanswered(e)) => Err(Stop::Failed { failure: Failure::AUTHORITY_UNAVAILABLE, detail: e.to_string() }),
+        Err(RoleError::Db(e)) => Err(Stop::internal(e)),
+    }
+}
+
+/// The condition of a fenced write (the fence, the release, an import's batch) for
+/// `permission`. With the catalog's authority query the job store's UPDATE cannot hold the role,
+/// so the source is asked here, just before the write (the window this leaves is in
+/// docs/authentication.md).
+pub(super) async fn fenced_authority(ctx: &WorkerContext, job: &jobs::Model, permission: Permission) -> Result<Expr, Stop> {
+    if ctx.authority.is_source() {
+        authorised(ctx, job, permission).await?;
+    }
+    Ok(ctx.authority.condition(permission))
 }
 
 impl From<Injected> for Stop {

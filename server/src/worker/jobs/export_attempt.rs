@@ -2,11 +2,9 @@
 //! its checkpoints and fault points, the authority check, the staging of a stream of rows, the
 //! validation of what was staged, publish-once, and the fenced release.
 
-use crate::auth::load_active_actor;
-use crate::auth::AuthVia;
 use crate::entities::jobs;
 use crate::catalog::Report;
-use crate::job_store::authority::Authority;
+use crate::job_store::authority::Permission;
 use crate::job_store::transitions::{self, Artifact, Refusal};
 use crate::job_store::Mover;
 use crate::metrics::release_lost;
@@ -117,9 +115,10 @@ impl Attempt<'_> {
     }
 
     /// The release: `running → ready` with `artifact`, under this generation, while authorised.
-    pub(super) async fn release(&self, artifact: &Artifact, authority: Authority) -> Result<Box<jobs::Model>, Stop> {
+    pub(super) async fn release(&self, artifact: &Artifact, permission: Permission) -> Result<Box<jobs::Model>, Stop> {
         self.fault("before_release")?;
-        transitions::release(&self.ctx.db, self.job, artifact, self.ctx.config.artifact_ttl, authority, Mover::Worker(&self.ctx.worker_id), &self.ctx.faults)
+        let authorised = self.fenced_authority(permission).await?;
+        transitions::release(&self.ctx.db, self.job, artifact, self.ctx.config.artifact_ttl, authorised, Mover::Worker(&self.ctx.worker_id), &self.ctx.faults)
             .await
             .map_err(Stop::internal)?
             .map_err(|refusal| {
@@ -133,14 +132,14 @@ impl Attempt<'_> {
             })
     }
 
-    /// SPEC §2's "authorised", on a fresh read: the actor exists, is active, is of the job's
-    /// tenant, and their role may export these columns.
-    pub(super) async fn authorised(&self, report: &Report, columns: &[String]) -> Result<(), Stop> {
-        let actor = load_active_actor(&self.ctx.db, &self.job.actor_id, AuthVia::Token).await.map_err(Stop::internal)?;
-        match actor {
-            Some(a) if a.tenant_id == self.job.tenant_id && report.covers(a.role, columns) => Ok(()),
-            _ => Err(Stop::Revoked),
-        }
+    /// SPEC §2's "authorised" for this export, on a fresh read (see [`super::attempt::authorised`]).
+    pub(super) async fn authorised(&self, permission: Permission) -> Result<(), Stop> {
+        super::attempt::authorised(self.ctx, self.job, permission).await
+    }
+
+    /// The authority condition of this export's fenced writes (see [`super::attempt::fenced_authority`]).
+    pub(super) async fn fenced_authority(&self, permission: Permission) -> Result<sea_orm::sea_query::Expr, Stop> {
+        super::attempt::fenced_authority(self.ctx, self.job, permission).await
     }
 
     /// The job's report in this worker's catalog. A worker claims only jobs whose schema

@@ -9,7 +9,7 @@
 use crate::entities::jobs;
 use crate::entities::tenants::source_id_of as tenant_source_id;
 use crate::exports::view::{request_of, resolved_of};
-use crate::job_store::authority::Authority;
+use crate::job_store::authority::Permission;
 use crate::job_store::transitions::{self, Artifact};
 use crate::storage::{artifact_key, staging_key};
 use crate::worker::encoding::extension;
@@ -59,18 +59,18 @@ impl Attempt<'_> {
         let request = request_of(job).map_err(Stop::internal)?;
         let resolved = resolved_of(job).map_err(Stop::internal)?;
         let needs_pii = report.needs_pii(&resolved.columns).ok_or_else(|| Stop::internal("a resolved column left the catalog"))?;
-        let authority = Authority::Export { needs_pii, roles: report.roles };
-        self.authorised(report, &resolved.columns).await?;
+        let permission = Permission::Export { needs_pii, roles: report.roles };
+        self.authorised(permission).await?;
         let source_id = tenant_source_id(&self.ctx.db, &job.tenant_id).await.map_err(Stop::internal)?;
         let plan = Plan::new(report, &request, &resolved, &source_id, self.ctx.snapshots.backend()).map_err(Stop::internal)?;
         match request.consistency {
-            Consistency::Snapshot => self.one_file(plan, authority, request.options.compression).await,
-            Consistency::Checkpointed => super::export_parts::run(self, plan, authority, &request, &resolved).await,
+            Consistency::Snapshot => self.one_file(plan, permission, request.options.compression).await,
+            Consistency::Checkpointed => super::export_parts::run(self, plan, permission, &request, &resolved).await,
         }
     }
 
     /// A whole export as one file, in one snapshot (SPEC §5 steps 4–8).
-    async fn one_file(&self, plan: Plan, authority: Authority, compression: Compression) -> Result<Box<jobs::Model>, Stop> {
+    async fn one_file(&self, plan: Plan, permission: Permission, compression: Compression) -> Result<Box<jobs::Model>, Stop> {
         let job = self.job;
         let started = std::time::Instant::now();
         let staged = self.stage(plan, self.staging, compression, 0).await?;
@@ -85,14 +85,14 @@ impl Attempt<'_> {
         self.checkpoint()?;
 
         // The fence: still ours and still authorised, checked by the database right before the copy.
-        transitions::fence(&self.ctx.db, job, self.ctx.config.lease, authority).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
+        transitions::fence(&self.ctx.db, job, self.ctx.config.lease, self.fenced_authority(permission).await?).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
         self.fault("before_publish")?;
         let key = artifact_key(&job.tenant_id, &job.id, &staged.sha256, extension(compression));
         self.publish(self.staging, &key).await?;
         self.fault("after_publish")?;
 
         let artifact = Artifact { key: key.to_string(), sha256: staged.sha256, bytes: staged.bytes, rows: staged.rows, bundle_digest: None };
-        let released = self.release(&artifact, authority).await?;
+        let released = self.release(&artifact, permission).await?;
         let metrics = &self.ctx.metrics;
         metrics.rows_exported.inc_by(staged.rows.max(0) as u64);
         metrics.bytes_exported.inc_by(staged.bytes.max(0) as u64);

@@ -15,7 +15,7 @@ use super::export_attempt::{Attempt, PartRead, Staged};
 use crate::entities::jobs;
 use crate::service::canonical::canonical_json;
 use crate::exports::parts::{self, PartRecord, PartsPlan};
-use crate::job_store::authority::Authority;
+use crate::job_store::authority::Permission;
 use crate::job_store::checkpoints;
 use crate::job_store::transitions::{self, Artifact};
 use crate::job_store::Mover;
@@ -26,10 +26,9 @@ use app::{ExportRequest, ResolvedContract};
 use sha2::{Digest, Sha256};
 
 /// Runs the rest of a checkpointed export: from after its last checkpointed part to its release.
-pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, request: &ExportRequest, resolved: &ResolvedContract) -> Result<Box<jobs::Model>, Stop> {
+pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, request: &ExportRequest, resolved: &ResolvedContract) -> Result<Box<jobs::Model>, Stop> {
     let job = a.job;
     let started = std::time::Instant::now();
-    let report = a.report()?;
     let fixed = fix_plan(a, &plan).await?;
     a.lease.counted(fixed.rows_total);
     let checkpointed = checkpoints::of_job(&a.ctx.db, &job.id).await.map_err(Stop::internal)?;
@@ -55,7 +54,7 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, reque
                 return Ok(None);
             }
             // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
-            a.authorised(report, &resolved.columns).await?;
+            a.authorised(permission).await?;
             let started = std::time::Instant::now();
             let staging = staging_part_key(&job.id, job.generation, index);
             let range = KeyRange { after: last_key, max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
@@ -99,7 +98,7 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, reque
     let manifest = canonical_json(&parts::manifest(&job.id, request, resolved, &parts)).into_bytes();
     let sha256 = hex::encode(Sha256::digest(&manifest));
     a.checkpoint()?;
-    transitions::fence(&a.ctx.db, job, a.ctx.config.lease, authority).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
+    transitions::fence(&a.ctx.db, job, a.ctx.config.lease, a.fenced_authority(permission).await?).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
     let key = manifest_key(&job.tenant_id, &job.id, &sha256);
     a.store.put_once(&key, bytes::Bytes::from(manifest.clone())).await.map_err(Stop::storage)?;
     a.store.make_durable(&key).await.map_err(Stop::storage)?;
@@ -109,7 +108,7 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, authority: Authority, reque
     let digest = a.store.digest_pieces(&bundle.pieces(0..bundle.size()), std::sync::Arc::new(move || ticker.tick())).await.map_err(Stop::storage)?;
     let digest_ms = digesting.elapsed().as_millis() as u64;
     let artifact = Artifact { key: key.to_string(), sha256, bytes: bundle.size() as i64, rows: rows_done, bundle_digest: Some(digest) };
-    let released = a.release(&artifact, authority).await?;
+    let released = a.release(&artifact, permission).await?;
     let metrics = &a.ctx.metrics;
     metrics.rows_exported.inc_by(rows_done.max(0) as u64);
     metrics.bytes_exported.inc_by(bundle.size());

@@ -19,7 +19,7 @@ use crate::catalog::Dataset;
 use crate::entities::jobs;
 use crate::imports::cells::Problem;
 use crate::imports::stored::{self, request_of, resolved_of, Mark, Plan, Refused};
-use crate::job_store::authority::Authority;
+use crate::job_store::authority::Permission;
 use crate::job_store::transitions::{self, Artifact, Failure, Refusal};
 use crate::job_store::{begin_write, checkpoints, Mover};
 use crate::storage::ExportStore;
@@ -85,11 +85,7 @@ impl Attempt<'_> {
     }
 
     async fn authorised(&self) -> Result<(), Stop> {
-        let actor = crate::auth::load_active_actor(&self.ctx.db, &self.job.actor_id, crate::auth::AuthVia::Token).await.map_err(Stop::internal)?;
-        match actor {
-            Some(a) if a.tenant_id == self.job.tenant_id && a.role.may_import() => Ok(()),
-            _ => Err(Stop::Revoked),
-        }
+        super::attempt::authorised(self.ctx, self.job, Permission::Import).await
     }
 
     /// Runs the attempt; when it ends the import for good (failed, cancelled), its report is
@@ -139,7 +135,8 @@ impl Attempt<'_> {
         self.checkpoint()?;
         let artifact = Artifact { key: report.key.clone(), sha256: report.sha256.clone(), bytes: report.bytes, rows: plan.rows, bundle_digest: None };
         let by = Mover::Worker(&self.ctx.worker_id);
-        let released = transitions::release(&self.ctx.db, job, &artifact, self.ctx.config.artifact_ttl, Authority::Import, by, &self.ctx.faults)
+        let authorised = super::attempt::fenced_authority(self.ctx, job, Permission::Import).await?;
+        let released = transitions::release(&self.ctx.db, job, &artifact, self.ctx.config.artifact_ttl, authorised, by, &self.ctx.faults)
             .await
             .map_err(Stop::internal)?
             .map_err(Stop::refused)?;
@@ -376,7 +373,7 @@ impl Attempt<'_> {
     async fn write_batch(&self, batch: &Batch<'_>, mark: &mut Mark, refused: &mut Vec<Refused>) -> Result<Written, DbErr> {
         let txn = begin_write(self.source()).await?;
         let opened = if batch.mode == ImportMode::Apply {
-            match checkpoints::open_step(&txn, self.job, batch.seq, mark.last_record, Some(Authority::Import.condition())).await? {
+            match checkpoints::open_step(&txn, self.job, batch.seq, mark.last_record, Some(self.ctx.authority.condition(Permission::Import))).await? {
                 Some(row) => Some(row),
                 None => {
                     txn.rollback().await?;
@@ -424,7 +421,7 @@ impl Attempt<'_> {
             return Ok(ended);
         }
         let job_txn = begin_write(&self.ctx.db).await?;
-        let Some(row) = checkpoints::open_step(&job_txn, self.job, batch.seq, mark.last_record, Some(Authority::Import.condition())).await? else {
+        let Some(row) = checkpoints::open_step(&job_txn, self.job, batch.seq, mark.last_record, Some(self.ctx.authority.condition(Permission::Import))).await? else {
             job_txn.rollback().await?;
             stored::record_refusals(&self.ctx.db, &self.job.id, batch.seq, refused).await?;
             return Ok(Written::Refused(checkpoints::refusal(&self.ctx.db, self.job).await?));
