@@ -29,6 +29,7 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
   conformIdTokenClaims: false,
   pkce: { required: () => true },
   cookies: { keys: ['e2e-cookie-key-not-a-secret'] },
+  ttl: { Interaction: 600, Session: 3600, Grant: 3600, AccessToken: 600, IdToken: 600 },
   features: { devInteractions: { enabled: true }, rpInitiatedLogout: { enabled: true } },
   async findAccount(_ctx, id) {
     return {

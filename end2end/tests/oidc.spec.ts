@@ -1,6 +1,6 @@
 import { test, expect, Page } from '@playwright/test';
 import { parse } from 'csv-parse/sync';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 
 // Sign-in through a real OpenID Connect provider (oidc/provider.mjs, `oidc-provider` from npm,
 // started by playwright.config.ts), then an export and its download, in English and in Arabic.
@@ -14,6 +14,8 @@ async function signInWithProvider(page: Page, login: string) {
   await page.goto('/');
   const button = page.getByTestId('sign-in-with-provider');
   await expect(button).toHaveText(BUTTON[lang()]);
+  mkdirSync(`${__dirname}/../screenshots`, { recursive: true });
+  await page.screenshot({ path: `${__dirname}/../screenshots/${lang()}-sign-in-with-provider.png`, fullPage: true });
   await button.click();
   await expect(page).toHaveURL(/127\.0\.0\.1:3102\/interaction\//);
   await page.locator('input[name=login]').fill(login);
@@ -40,6 +42,15 @@ test('sign-in through the organisation\'s provider, then an export and its downl
   expect(rows[0]).not.toContain('customer_email');
   await page.getByTestId('sign-out').click();
   await expect(page.getByTestId('sign-in-with-provider')).toBeVisible();
+  expect((await page.request.get('/api/session')).status()).toBe(401);
+  // The provider's own sign-out, offered beside: its end-session page, then back to exportd.
+  await page.getByTestId('provider-sign-out').click();
+  await expect(page).toHaveURL(/127\.0\.0\.1:3102\/session\/end/);
+  await page.locator('button[type=submit], button[autofocus]').first().click();
+  await expect(page).toHaveURL(/127\.0\.0\.1:3100\/$/);
+  // Signed out there too: the next sign-in asks for a login again.
+  await page.getByTestId('sign-in-with-provider').click();
+  await expect(page.locator('input[name=login]')).toBeVisible();
 });
 
 test('a callback whose state this browser never started is a page that says why, and signs no one in', async ({ page }) => {
