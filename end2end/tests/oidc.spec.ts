@@ -21,8 +21,11 @@ async function signInWithProvider(page: Page, login: string) {
   await page.locator('input[name=login]').fill(login);
   await page.locator('input[name=password]').fill('anything');
   await page.locator('button[type=submit]').click();
-  // The consent page, the first time this account meets the client.
-  if (await page.locator('button[type=submit]').isVisible().catch(() => false) && /interaction/.test(page.url())) {
+  // The login page goes; then comes the consent page (the first time this account meets the
+  // client) or, without one, exportd's page.
+  await expect(page.locator('input[name=login]')).toHaveCount(0);
+  await page.waitForURL(/127\.0\.0\.1:3102\/interaction\/|127\.0\.0\.1:3100\/$/);
+  if (/\/interaction\//.test(page.url())) {
     await page.locator('button[type=submit]').click();
   }
   await expect(page).toHaveURL(/127\.0\.0\.1:3100\/$/);

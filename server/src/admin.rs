@@ -80,7 +80,7 @@ pub async fn list_tenants(db: &DatabaseConnection) -> Result<String, AdminError>
 /// that exists (in any tenant) is refused.
 pub async fn add_user(db: &DatabaseConnection, email: &str, tenant_slug: &str, role: &str, password: Option<&str>, now_ms: i64) -> Result<users::Model, AdminError> {
     let email = email.trim().to_lowercase();
-    if !crate::service::ids::could_be_email(&email) {
+    if !crate::service::ids::could_be_email(&email) || email.starts_with("oidc:") {
         return Err(refused(format!("{email:?} is not an email address")));
     }
     let role = Role::parse(role).ok_or_else(|| refused(format!("unknown role {role:?}: use admin, analyst or viewer")))?;

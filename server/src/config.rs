@@ -101,6 +101,9 @@ pub struct OidcConfig {
     /// `EXPORTD_OIDC_AUDIENCE`: the audience of access tokens accepted as API credentials; no
     /// default, and never the client id (an ID token is never an API credential).
     pub audience: Option<String>,
+    /// How often the provider's keys may be read again for a key id they do not hold: a minute
+    /// (contract §13); no variable sets it, a test may.
+    pub keys_reread: Duration,
 }
 
 /// The most jobs one worker process runs at once: each holds a database connection for its
@@ -285,6 +288,7 @@ impl OidcConfig {
             tenant_claim: var("EXPORTD_OIDC_TENANT_CLAIM").unwrap_or_else(|| "exportd_tenant".to_owned()),
             role_claim: var("EXPORTD_OIDC_ROLE_CLAIM").unwrap_or_else(|| "exportd_role".to_owned()),
             audience,
+            keys_reread: crate::auth::oidc::JWKS_REREAD,
         }))
     }
 }

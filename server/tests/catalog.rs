@@ -86,7 +86,7 @@ fn serve_and_worker_refuse_to_start_on_a_catalog_with_an_error() {
 /// A catalog whose TOML is right but whose SQL the source refuses: a column that does not exist,
 /// a column whose type does not fit the source's (epoch milliseconds declared a date), a key with
 /// no unique index, a table that does not exist, a dataset's stored column that does not exist
-/// and a dataset key with no unique index.
+/// and a dataset key with no unique index; an authority query over a table that does not exist.
 const WRONG_FOR_THE_SOURCE: &str = r#"[[report]]
 name = "orders_by_customer"
 from = "orders o"
@@ -113,6 +113,9 @@ table = "orders"
 tenant = "tenant_id"
 key = [{ name = "notes", column = "notes" }]
 columns = [{ name = "notes", column = "notes", type = "text" }, { name = "x", column = "no_such", type = "text" }]
+
+[authority]
+sql = "SELECT role FROM no_such_memberships WHERE org = :tenant AND subject = :subject"
 "#;
 
 async fn check_against(app: &TestApp, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
@@ -143,11 +146,12 @@ on_both_backends!(catalog_check_runs_each_sql_with_limit_0_on_the_source_and_fin
         (format!("{path}:15:8: "), "`from` fails on the source"),
         (format!("{path}:26:88: "), "column \"no_such\" fails on the source"),
         (format!("{path}:25:35: "), "no unique index on orders(notes)"),
+        (format!("{path}:29:7: "), "`[authority] sql` fails on the source"),
     ];
     for (place, message) in &expected {
         assert!(stderr.lines().any(|l| l.starts_with(place.as_str()) && l.contains(message)), "expected {place}{message} in {stderr}");
     }
-    assert!(stderr.contains("6 errors in the catalog"), "{stderr}");
+    assert!(stderr.contains("7 errors in the catalog"), "{stderr}");
     assert_eq!(check_against(&app, &["catalog", "check", &path, "--offline"], &[]).await.0, 0, "offline, the SQL is not run");
 
     // `serve` and `worker` run the same check when they start, and refuse to.

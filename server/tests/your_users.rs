@@ -26,6 +26,7 @@ fn oidc(issuer: &str, audience: Option<&str>) -> OidcConfig {
         tenant_claim: "exportd_tenant".into(),
         role_claim: "exportd_role".into(),
         audience: audience.map(str::to_owned),
+        keys_reread: exportd::auth::oidc::JWKS_REREAD,
     }
 }
 
@@ -119,20 +120,29 @@ on_both_backends!(every_failed_sign_in_is_a_page_in_words_that_creates_nothing_a
     let state = provider.expect(&authorize, Plan::good("u-2", "acme", "admin"));
     refused(callback(&app, &app.anonymous(), &state).await, 400, "not started in this browser").await;
 
+    // A state given twice is no state.
+    refused(browser.get(app.url("/auth/oidc/callback?code=c&state=a&state=b")).send().await.unwrap(), 400, "not started in this browser").await;
+    assert_eq!(provider.token_calls(), 0, "none of these reached the provider's token endpoint");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM sessions").await, sessions, "nor made a session");
+
     // A replayed state: the callback of a sign-in that worked, sent again with its cookie.
     let good = app.anonymous();
     let (authorize, cookie) = start(&app, &good).await;
     let state = provider.expect(&authorize, Plan::good("u-ok", "acme", "admin"));
     assert_eq!(callback(&app, &good, &state).await.status(), 303);
     let calls = provider.token_calls();
+    let sessions = app.scalar("SELECT COUNT(*) FROM sessions").await;
     let replay = app.anonymous().get(app.url(&format!("/auth/oidc/callback?code=the-code&state={state}"))).header("cookie", &cookie).send().await.unwrap();
     refused(replay, 400, "used already").await;
     assert_eq!(provider.token_calls(), calls, "a replayed state never reaches the provider");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM sessions").await, sessions, "and makes no session");
     app.exec("DELETE FROM sessions").await;
     app.exec("DELETE FROM users WHERE oidc_subject = 'u-ok'").await;
 
-    // Tokens that do not verify, and claims exportd does not know.
+    // Tokens that do not verify, and claims exportd does not know: each reaches the provider,
+    // and each leaves no user and no session behind.
     let cases: Vec<(Plan, u16, &str)> = vec![
+        (Plan { issuer: Some("http://127.0.0.1:9/another-issuer".into()), ..Plan::good("u-3", "acme", "admin") }, 401, "another issuer"),
         (Plan { nonce: Some("another-sign-in".into()), ..Plan::good("u-3", "acme", "admin") }, 401, "nonce"),
         (Plan { signer: Signer::Other, ..Plan::good("u-3", "acme", "admin") }, 401, "signature"),
         (Plan { audience: Some("another-client".into()), ..Plan::good("u-3", "acme", "admin") }, 401, "another audience"),
@@ -143,12 +153,17 @@ on_both_backends!(every_failed_sign_in_is_a_page_in_words_that_creates_nothing_a
         (Plan { role: None, ..Plan::good("u-3", "acme", "admin") }, 403, "no role"),
     ];
     for (plan, status, why) in cases {
+        let calls = provider.token_calls();
         refused(sign_in(&app, &provider, &app.anonymous(), plan).await, status, why).await;
+        assert_eq!(provider.token_calls(), calls + 1, "{why}: the code was exchanged");
+        assert_eq!((provider_users(&app).await, app.scalar("SELECT COUNT(*) FROM sessions").await), (0, 0), "{why}: nothing made");
     }
     // A tenant claim that is not the user's recorded tenant.
     assert_eq!(sign_in(&app, &provider, &app.anonymous(), Plan::good("u-4", "acme", "admin")).await.status(), 303);
+    let sessions = app.scalar("SELECT COUNT(*) FROM sessions").await;
     refused(sign_in(&app, &provider, &app.anonymous(), Plan::good("u-4", "globex", "admin")).await, 403, "not your tenant").await;
     assert_eq!(app.texts("SELECT tenant_id FROM users WHERE oidc_subject = 'u-4'").await, vec!["ten_acme".to_owned()]);
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM sessions").await, sessions, "no session for a refused sign-in");
     app.exec("DELETE FROM sessions").await;
     app.exec("DELETE FROM users WHERE oidc_subject = 'u-4'").await;
 
@@ -156,6 +171,7 @@ on_both_backends!(every_failed_sign_in_is_a_page_in_words_that_creates_nothing_a
     let reads = provider.jwks_reads();
     refused(sign_in(&app, &provider, &app.anonymous(), Plan { signer: Signer::Other, ..Plan::good("u-5", "acme", "admin") }).await, 401, "signature").await;
     assert_eq!(provider.jwks_reads(), reads, "read again at most once a minute (it was read just now)");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM sessions").await, 0);
 
     // The provider down: at the callback (discovery cached), and at the start of a new process.
     let browser = app.anonymous();
@@ -168,7 +184,22 @@ on_both_backends!(every_failed_sign_in_is_a_page_in_words_that_creates_nothing_a
     cold.stop().await;
 
     assert_eq!(provider_users(&app).await, 0, "no failed sign-in made a user");
-    assert_eq!(app.scalar("SELECT COUNT(*) FROM sessions").await, sessions, "nor a session");
+    assert_eq!(app.scalar("SELECT COUNT(*) FROM sessions").await, 0, "nor a session");
+    app.stop().await;
+});
+
+on_both_backends!(a_token_signed_by_a_key_the_provider_has_just_published_is_verified_after_one_read_of_its_keys, |backend| {
+    let provider = Provider::start(CLIENT_ID).await;
+    // Keys may be read again at once here (a minute in production), so the rotation is seen now.
+    let mut config = oidc(&provider.issuer, None);
+    config.keys_reread = Duration::ZERO;
+    let app = TestApp::start(Options { with: Some(Arc::new(move |c: &mut Config| c.oidc = Some(config.clone()))), ..Options::new(backend) }).await;
+    assert_eq!(sign_in(&app, &provider, &app.anonymous(), Plan::good("u-7", "acme", "analyst")).await.status(), 303);
+    provider.rotate();
+    let reads = provider.jwks_reads();
+    let resp = sign_in(&app, &provider, &app.anonymous(), Plan { signer: Signer::Other, ..Plan::good("u-7", "acme", "analyst") }).await;
+    assert_eq!(resp.status(), 303, "the new key is found by reading the keys again");
+    assert_eq!(provider.jwks_reads(), reads + 1, "once");
     app.stop().await;
 });
 
@@ -178,7 +209,10 @@ on_both_backends!(the_providers_access_tokens_are_api_credentials_only_for_the_c
     assert_eq!(sign_in(&app, &provider, &app.anonymous(), Plan::good("u-api", "acme", "analyst")).await.status(), 303);
     let call = |token: String| app.anonymous().get(app.url("/api/exports")).bearer_auth(token).send();
     assert_eq!(call(provider.access_token("u-api", API_AUDIENCE, Signer::Published, 300)).await.unwrap().status(), 200);
-    // An ID token (its audience is the client id) is never an API credential.
+    // An ID token is never an API credential: not with the client's audience, nor, carrying its
+    // sign-in's nonce, with the API's.
+    expect_problem(call(provider.id_token("u-api", CLIENT_ID)).await.unwrap(), 401, "unauthenticated").await;
+    expect_problem(call(provider.id_token("u-api", API_AUDIENCE)).await.unwrap(), 401, "unauthenticated").await;
     expect_problem(call(provider.access_token("u-api", CLIENT_ID, Signer::Published, 300)).await.unwrap(), 401, "unauthenticated").await;
     expect_problem(call(provider.access_token("u-api", API_AUDIENCE, Signer::Other, 300)).await.unwrap(), 401, "unauthenticated").await;
     expect_problem(call(provider.access_token("u-api", API_AUDIENCE, Signer::Published, -120)).await.unwrap(), 401, "unauthenticated").await;
@@ -259,7 +293,11 @@ on_both_backends!(an_authority_source_that_cannot_answer_is_busy_for_requests_an
     let id = app.create(&bob, "held", &json!({"report": "orders"})).await.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
     assert!(turnstile.reached_within(Duration::from_secs(60)).await, "the first attempt reaches its release");
     app.exec("ALTER TABLE memberships RENAME TO memberships_away").await;
-    let busy = expect_problem(bob.get(app.url(&format!("/api/exports/{id}"))).send().await.unwrap(), 503, "busy").await;
+    // Reading one's own export needs only an active user (contract §2); what needs the role is busy.
+    let view = bob.get(app.url(&format!("/api/exports/{id}"))).send().await.unwrap();
+    assert_eq!(view.status(), 200);
+    assert_eq!(view.json::<Value>().await.unwrap()["status"], "running");
+    let busy = expect_problem(bob.get(app.url("/api/session")).send().await.unwrap(), 503, "busy").await;
     assert!(!busy.to_string().contains("memberships"), "no database text in a response: {busy}");
     expect_problem(app.create(&bob, "while-away", &json!({"report": "orders"})).await, 503, "busy").await;
     assert_eq!(app.scalar("SELECT COUNT(*) FROM jobs").await, 1, "nothing was created");

@@ -28,8 +28,11 @@ pub struct Actor {
     /// The user's email: for a user of the provider, the claim's (or `oidc:SUB` without one).
     pub email: String,
     /// The user's role now, from the [`Authority`]; no access reads as a viewer's (it may read
-    /// and cancel its own operations, nothing else).
+    /// and cancel its own operations, nothing else), and so does a role the authority's source
+    /// did not give in time: every check of "authorised" asks [`Actor::role_now`] instead.
     pub role: Role,
+    /// Why the authority's source gave no role, when it did not answer.
+    pub unanswered: Option<String>,
     /// The tenant's id.
     pub tenant_id: String,
     /// The tenant's slug.
@@ -67,9 +70,25 @@ async fn one_actor<C: ConnectionTrait>(db: &C, authority: &Authority, query: sea
     let source_id = text(8)?;
     // The authority's subject is the provider's `sub`, or a password user's email (contract §13).
     let whom = Whom { stored, subject: subject.as_deref().unwrap_or(&email), tenant_source_id: &source_id };
-    let role = authority.role(whom).await.map_err(|e| AppError::AuthorityUnanswered(e.0))?.unwrap_or(Role::Viewer);
+    // Reading and cancelling one's own operations needs only an active user (contract §2): a
+    // source that does not answer stops only the checks that need the role.
+    let (role, unanswered) = match authority.role(whom).await {
+        Ok(role) => (role.unwrap_or(Role::Viewer), None),
+        Err(e) => (Role::Viewer, Some(e.0)),
+    };
     let email = maybe(7)?.unwrap_or(email);
-    Ok(Some(Actor { user_id: text(0)?, email, role, tenant_id: text(3)?, tenant_slug: text(4)?, deployment: text(5)?, via }))
+    Ok(Some(Actor { user_id: text(0)?, email, role, unanswered, tenant_id: text(3)?, tenant_slug: text(4)?, deployment: text(5)?, via }))
+}
+
+impl Actor {
+    /// The role for a check of "authorised": 503 `busy` when the authority's source did not
+    /// answer, never a guess.
+    pub fn role_now(&self) -> Result<Role, AppError> {
+        match &self.unanswered {
+            Some(cause) => Err(AppError::AuthorityUnanswered(cause.clone())),
+            None => Ok(self.role),
+        }
+    }
 }
 
 /// Loads an active user and their tenant as an actor, in one query, with the role `authority`

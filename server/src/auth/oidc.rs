@@ -16,7 +16,8 @@ use tokio::sync::Mutex;
 /// How long any call to the provider may take.
 pub const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How often the provider's keys may be read again for a key id they do not hold.
+/// How often the provider's keys may be read again for a key id they do not hold (the default
+/// of [`OidcConfig::keys_reread`]).
 pub const JWKS_REREAD: Duration = Duration::from_secs(60);
 
 /// How long discovery is kept before it is read again.
@@ -84,11 +85,22 @@ struct Discovered {
     keys_read_at: Instant,
 }
 
+/// What is known of the provider: its discovery, and when reading it last failed.
+#[derive(Default)]
+struct Cache {
+    discovered: Option<Discovered>,
+    failed_at: Option<Instant>,
+}
+
+/// How long a failed discovery is remembered: callers waiting behind it fail at once instead of
+/// each waiting out its own timeout.
+const FAILURE_MEMORY: Duration = Duration::from_secs(5);
+
 /// The configured provider, with its discovery and keys cached.
 pub struct Provider {
     config: OidcConfig,
     http: openidconnect::reqwest::Client,
-    cache: Mutex<Option<Discovered>>,
+    cache: Mutex<Cache>,
 }
 
 impl Provider {
@@ -102,7 +114,7 @@ impl Provider {
             .connect_timeout(PROVIDER_TIMEOUT)
             .build()
             .map_err(|e| format!("the HTTP client for the provider: {e}"))?;
-        Ok(Provider { config, http, cache: Mutex::new(None) })
+        Ok(Provider { config, http, cache: Mutex::new(Cache::default()) })
     }
 
     /// The configuration.
@@ -117,29 +129,43 @@ impl Provider {
 
     async fn discovered(&self) -> Result<(ProviderMetadataWithLogout, CoreJsonWebKeySet), SignInFailure> {
         let mut cache = self.cache.lock().await;
-        if let Some(d) = cache.as_ref().filter(|d| d.discovered_at.elapsed() < DISCOVERY_TTL) {
+        if let Some(d) = cache.discovered.as_ref().filter(|d| d.discovered_at.elapsed() < DISCOVERY_TTL) {
             return Ok((d.metadata.clone(), d.jwks.clone()));
         }
+        let stale = |cache: &Cache| cache.discovered.as_ref().map(|d| (d.metadata.clone(), d.jwks.clone()));
+        if cache.failed_at.is_some_and(|at| at.elapsed() < FAILURE_MEMORY) {
+            return stale(&cache).ok_or(SignInFailure::ProviderDown);
+        }
         let issuer = IssuerUrl::new(self.config.issuer.clone()).map_err(|_| SignInFailure::ProviderDown)?;
-        let metadata = tokio::time::timeout(PROVIDER_TIMEOUT, ProviderMetadataWithLogout::discover_async(issuer, &self.http))
-            .await
-            .map_err(|_| SignInFailure::ProviderDown)?
-            .map_err(|e| {
+        let found = match tokio::time::timeout(PROVIDER_TIMEOUT, ProviderMetadataWithLogout::discover_async(issuer, &self.http)).await {
+            Ok(Ok(metadata)) => Some(metadata),
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "OpenID Connect discovery failed");
-                SignInFailure::ProviderDown
-            })?;
+                None
+            }
+            Err(_) => {
+                tracing::warn!("OpenID Connect discovery gave no answer in time");
+                None
+            }
+        };
+        let Some(metadata) = found else {
+            cache.failed_at = Some(Instant::now());
+            // What was read an hour ago is still the provider's best word while it is down.
+            return stale(&cache).ok_or(SignInFailure::ProviderDown);
+        };
         let jwks = metadata.jwks().clone();
         let now = Instant::now();
-        *cache = Some(Discovered { metadata: metadata.clone(), jwks: jwks.clone(), discovered_at: now, keys_read_at: now });
+        cache.failed_at = None;
+        cache.discovered = Some(Discovered { metadata: metadata.clone(), jwks: jwks.clone(), discovered_at: now, keys_read_at: now });
         Ok((metadata, jwks))
     }
 
-    /// Reads the provider's keys again, at most once a [`JWKS_REREAD`]; `None` when it is too
-    /// soon or the read failed (the cached keys stay).
+    /// Reads the provider's keys again, at most once a [`OidcConfig::keys_reread`]; `None` when
+    /// it is too soon or the read failed (the cached keys stay).
     async fn reread_keys(&self) -> Option<CoreJsonWebKeySet> {
         let mut cache = self.cache.lock().await;
-        let d = cache.as_mut()?;
-        if d.keys_read_at.elapsed() < JWKS_REREAD {
+        let d = cache.discovered.as_mut()?;
+        if d.keys_read_at.elapsed() < self.config.keys_reread {
             return None;
         }
         d.keys_read_at = Instant::now();
@@ -238,8 +264,10 @@ impl Provider {
         let verify = |jwks: CoreJsonWebKeySet| {
             let verifier = CoreIdTokenVerifier::new_public_client(ClientId::new(audience.clone()), issuer.clone(), jwks)
                 .set_allowed_jose_types(["at+jwt", "jwt"].into_iter().filter_map(|t| JsonWebTokenType::new(t.into()).normalize().ok()));
-            // An access token has no nonce; its audience keeps an ID token out.
-            token.claims(&verifier, |_: Option<&Nonce>| Ok(())).map(|c| c.subject().to_string())
+            // An access token has no nonce: one that carries a nonce is an ID token, never an API
+            // credential, whatever its audience.
+            let no_nonce = |nonce: Option<&Nonce>| if nonce.is_some() { Err("an ID token is not an API credential".to_owned()) } else { Ok(()) };
+            token.claims(&verifier, no_nonce).map(|c| c.subject().to_string())
         };
         match verify(keys) {
             Ok(subject) => Some(subject),

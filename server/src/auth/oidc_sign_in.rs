@@ -12,8 +12,11 @@ use sea_orm::{ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTr
 /// How long a started sign-in waits for its callback.
 pub const SIGN_IN_TTL_MS: i64 = 10 * 60 * 1000;
 
-/// The cookie that binds a started sign-in to the browser that started it.
+/// The cookie that binds a started sign-in to the browser that started it, over plain HTTP.
 pub const SIGN_IN_COOKIE: &str = "exportd_oidc";
+
+/// The same over TLS: the `__Host-` prefix makes browsers refuse one a sibling domain plants.
+pub const SECURE_SIGN_IN_COOKIE: &str = "__Host-exportd_oidc";
 
 fn busy(e: DbErr) -> SignInFailure {
     tracing::warn!(error = %e, "a sign-in's database work failed");
@@ -64,12 +67,12 @@ pub async fn take(db: &DatabaseConnection, cookie: Option<&str>, state: &str, no
 pub async fn sign_in(db: &DatabaseConnection, issuer: &str, identity: &Identity, role_from_source: bool, now_ms: i64) -> Result<String, SignInFailure> {
     let slug = identity.tenant.clone().ok_or_else(|| SignInFailure::UnknownTenant("no tenant claim".into()))?;
     let claimed = identity.role.as_deref().and_then(Role::parse);
-    let role = match (claimed, role_from_source) {
-        (Some(role), _) => role,
-        (None, true) => Role::Viewer,
-        (None, false) => {
-            return Err(SignInFailure::UnknownRole(identity.role.clone().map_or_else(|| "no role claim".into(), |r| format!("{r:?} is not a role"))))
-        }
+    let role = match (&identity.role, claimed) {
+        (_, Some(role)) => role,
+        // The catalog's authority query gives the role: a claim is not needed.
+        (None, None) if role_from_source => Role::Viewer,
+        (None, None) => return Err(SignInFailure::UnknownRole("no role claim".into())),
+        (Some(other), None) => return Err(SignInFailure::UnknownRole(format!("{other:?} is not a role"))),
     };
     let txn = begin_write(db).await.map_err(busy)?;
     let tenant = tenants::Entity::find().filter(tenants::Column::Slug.eq(&slug)).one(&txn).await.map_err(busy)?;

@@ -179,14 +179,16 @@ pub fn parse(file: &str, text: &str) -> Result<Catalog, Vec<CatalogError>> {
     }
     let reports = check.reports(raw.report);
     let datasets = check.datasets(raw.dataset);
+    let mut authority_at = Place::default();
     let authority_sql = raw.authority.map(|a| {
         let sql = a.into_inner().sql;
+        authority_at = check.place(sql.span());
         check.not_empty(&sql, "`[authority] sql`");
         check.placeholders(&sql, "`[authority] sql`", &["tenant", "subject"]);
         sql.into_inner()
     });
     if check.errors.is_empty() {
-        Ok(Catalog { reports, datasets, authority_sql })
+        Ok(Catalog { reports, datasets, authority_sql, authority_at })
     } else {
         Err(check.errors)
     }

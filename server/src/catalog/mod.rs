@@ -29,6 +29,8 @@ pub struct Catalog {
     pub datasets: Vec<Dataset>,
     /// The query that gives a signed-in subject's role in a tenant (contract §13), if any.
     pub authority_sql: Option<String>,
+    /// Where `[authority] sql` is in the file, for the errors the source finds in it.
+    pub authority_at: Place,
 }
 
 /// Where a value is in the catalog's file, for the errors the source finds in it.
@@ -396,7 +398,7 @@ impl Catalog {
     /// it free of errors, and a process started from the command line checks it before use.
     pub fn builtin() -> std::sync::Arc<Catalog> {
         static BUILTIN: std::sync::LazyLock<std::sync::Arc<Catalog>> =
-            std::sync::LazyLock::new(|| std::sync::Arc::new(Catalog::demo().unwrap_or(Catalog { reports: Vec::new(), datasets: Vec::new(), authority_sql: None })));
+            std::sync::LazyLock::new(|| std::sync::Arc::new(Catalog::demo().unwrap_or(Catalog { reports: Vec::new(), datasets: Vec::new(), authority_sql: None, authority_at: Place::default() })));
         BUILTIN.clone()
     }
 

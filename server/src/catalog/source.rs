@@ -70,6 +70,17 @@ pub async fn check(db: &DatabaseConnection, file: &str, catalog: &Catalog) -> Ch
             },
         }
     }
+    if let Some(sql) = &catalog.authority_sql {
+        // Run as a sign-in would run it, for a subject no one has: it must run, whatever it finds.
+        match super::placeholders::statement(sql, db.get_database_backend(), |_| Some(String::new())) {
+            Ok(statement) => {
+                if let Err(e) = db.query_all_raw(statement).await.map_err(Refusal::from) {
+                    fail(catalog.authority_at, format!("`[authority] sql` fails on the source: {e}"), Some(&e));
+                }
+            }
+            Err(e) => fail(catalog.authority_at, format!("`[authority] sql`: {e}"), None),
+        }
+    }
     for dataset in &catalog.datasets {
         let what = format!("dataset {:?}", dataset.name);
         if let Err(e) = runs(db, &format!("SELECT 1 FROM {} LIMIT 0", dataset.table)).await {

@@ -3,9 +3,10 @@
 //! Arabic, with a 4xx status: never a 5xx, and nothing created.
 
 use crate::auth::oidc::SignInFailure;
-use crate::auth::oidc_sign_in::{self, SIGN_IN_COOKIE};
+use crate::auth::oidc_sign_in::{self, SECURE_SIGN_IN_COOKIE, SIGN_IN_COOKIE};
 use crate::auth::{self, oidc::Provider};
 use crate::state::AppState;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, request::Parts, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -27,10 +28,25 @@ fn redirect_uri(parts: &Parts, state: &AppState) -> Option<String> {
     auth::origin(parts, &state.config).map(|origin| format!("{origin}/auth/oidc/callback"))
 }
 
+/// How long a sign-in's start or callback may take in all, under the server's request timeout,
+/// so that even a provider that answers slowly gets the failure page.
+const SIGN_IN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(25);
+
+/// The name of the cookie that keeps a started sign-in: over TLS a `__Host-` cookie (for `/`,
+/// as the prefix requires), else one for `/auth/oidc` only.
+fn sign_in_cookie_name(secure: bool) -> (&'static str, &'static str) {
+    if secure {
+        (SECURE_SIGN_IN_COOKIE, "/")
+    } else {
+        (SIGN_IN_COOKIE, "/auth/oidc")
+    }
+}
+
 /// The cookie that keeps a started sign-in, or the one that removes it.
 fn sign_in_cookie(value: &str, max_age_secs: i64, secure: bool) -> String {
+    let (name, path) = sign_in_cookie_name(secure);
     let secure = if secure { "; Secure" } else { "" };
-    format!("{SIGN_IN_COOKIE}={value}; Path=/auth/oidc; HttpOnly; SameSite=Lax; Max-Age={max_age_secs}{secure}")
+    format!("{name}={value}; Path={path}; HttpOnly; SameSite=Lax; Max-Age={max_age_secs}{secure}")
 }
 
 fn cookie_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -67,9 +83,10 @@ pub async fn start(State(state): State<AppState>, parts: Parts) -> Response {
         Err(response) => return response,
     };
     let Some(redirect) = redirect_uri(&parts, &state) else { return failed(SignInFailure::ProviderDown) };
-    let started = match provider.start(&redirect).await {
-        Ok(started) => started,
-        Err(failure) => return failed(failure),
+    let started = match tokio::time::timeout(SIGN_IN_DEADLINE, provider.start(&redirect)).await {
+        Ok(Ok(started)) => started,
+        Ok(Err(failure)) => return failed(failure),
+        Err(_) => return failed(SignInFailure::ProviderDown),
     };
     match oidc_sign_in::keep(&state.db, &started, state.now_ms()).await {
         Ok(secret) => {
@@ -82,14 +99,18 @@ pub async fn start(State(state): State<AppState>, parts: Parts) -> Response {
 
 /// `GET /auth/oidc/callback`: the started sign-in is taken (once), the code exchanged, the ID
 /// token verified, the user created or updated and a session started; then back to the page.
-pub async fn callback(State(state): State<AppState>, parts: Parts, Query(query): Query<Callback>) -> Response {
+pub async fn callback(State(state): State<AppState>, parts: Parts, query: Result<Query<Callback>, QueryRejection>) -> Response {
     let provider = match provider(&state) {
         Ok(p) => p,
         Err(response) => return response,
     };
+    // A query that does not read (a state given twice, say) is a state that does not match.
+    let Ok(Query(query)) = query else { return failed(SignInFailure::StateMismatch) };
+    let secure = auth::over_tls(&parts, &state.config);
     let result = async {
         let now = state.now_ms();
-        let (nonce, verifier) = oidc_sign_in::take(&state.db, cookie_value(&parts.headers, SIGN_IN_COOKIE), query.state.as_deref().unwrap_or(""), now).await?;
+        let cookie = cookie_value(&parts.headers, sign_in_cookie_name(secure).0);
+        let (nonce, verifier) = oidc_sign_in::take(&state.db, cookie, query.state.as_deref().unwrap_or(""), now).await?;
         if let Some(error) = query.error.as_deref() {
             return Err(SignInFailure::Refused(error.chars().take(80).collect()));
         }
@@ -97,9 +118,8 @@ pub async fn callback(State(state): State<AppState>, parts: Parts, Query(query):
         let redirect = redirect_uri(&parts, &state).ok_or(SignInFailure::ProviderDown)?;
         let identity = provider.finish(&redirect, code, &nonce, &verifier).await?;
         oidc_sign_in::sign_in(&state.db, provider.issuer(), &identity, state.authority.is_source(), now).await
-    }
-    .await;
-    let secure = auth::over_tls(&parts, &state.config);
+    };
+    let result = tokio::time::timeout(SIGN_IN_DEADLINE, result).await.unwrap_or(Err(SignInFailure::ProviderDown));
     match result {
         Ok(session) => see_other("/", &[auth::session_cookie(&session, secure), sign_in_cookie("", 0, secure)]),
         Err(failure) => {

@@ -152,8 +152,11 @@ pub async fn find_page_session(
     offered.sign_in_with = state.oidc.as_ref().map(|p| p.config().name.clone());
     parts.extensions.insert(app::PageCatalogOf(std::sync::Arc::new(offered)));
     match Actor::from_request_parts(&mut parts, &state).await {
+        // Without a role known now, the page asks `/api/session` itself.
         Ok(actor) => {
-            parts.extensions.insert(app::PageSession(Some(super::session::session_view(actor))));
+            if let Ok(view) = super::session::session_view(actor) {
+                parts.extensions.insert(app::PageSession(Some(view)));
+            }
         }
         Err(AppError::Unauthenticated) => {
             parts.extensions.insert(app::PageSession(None));

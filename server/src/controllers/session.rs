@@ -65,14 +65,16 @@ pub async fn login(State(state): State<AppState>, parts: Parts, RawBody(body): R
 
 /// `GET /api/session`: who is signed in.
 #[utoipa::path(get, path = "/api/session", tag = "session",
-    responses((status = 200, description = "Who is signed in", body = app::SessionView), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json")))]
-pub async fn whoami(actor: Actor) -> Json<SessionView> {
-    Json(session_view(actor))
+    responses((status = 200, description = "Who is signed in", body = app::SessionView), (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: the catalog's authority query did not answer, so the role is not known; Retry-After", body = app::Problem, content_type = "application/problem+json")))]
+pub async fn whoami(actor: Actor) -> Result<Json<SessionView>, AppError> {
+    Ok(Json(session_view(actor)?))
 }
 
-/// The signed-in user as the API and the page show them.
-pub fn session_view(actor: Actor) -> SessionView {
-    SessionView { email: actor.email, role: actor.role.as_str().to_owned(), tenant: actor.tenant_slug }
+/// The signed-in user as the API and the page show them, with the role they have now.
+pub fn session_view(actor: Actor) -> Result<SessionView, AppError> {
+    let role = actor.role_now()?;
+    Ok(SessionView { email: actor.email, role: role.as_str().to_owned(), tenant: actor.tenant_slug })
 }
 
 /// `DELETE /api/session`: ends the browser session, if there is one, and removes its cookie;

@@ -72,7 +72,7 @@ async fn replay_or_conflict(state: &ServiceContext, actor: &Actor, existing: &jo
 /// before it reads the key and the body, so the order of answers is the contract's;
 /// `create_export` checks it again for any caller that did not.
 pub fn ensure_may_export(actor: &Actor) -> Result<(), AppError> {
-    if actor.role.may_export() {
+    if actor.role_now()?.may_export() {
         Ok(())
     } else {
         Err(AppError::ExportNotPermitted("your role may not export".into()))
@@ -252,7 +252,7 @@ pub async fn download_link(state: &ServiceContext, actor: &Actor, id: &str, serv
     if m.artifact_expired {
         return Err(AppError::ArtifactExpired);
     }
-    if !role_covers(&state.config.catalog, actor.role, &m.report, &resolved_of(&m)?) {
+    if !role_covers(&state.config.catalog, actor.role_now()?, &m.report, &resolved_of(&m)?) {
         return Err(AppError::PermissionRevoked);
     }
     let link = mint_download(state, actor, &m, served).await?.ok_or(match served {
@@ -285,7 +285,11 @@ pub async fn open_link(state: &ServiceContext, grant: &crate::links::LinkGrant) 
     }
     let actor = crate::auth::load_active_actor(&state.db, &state.authority, &grant.actor_id, crate::auth::AuthVia::Token).await?;
     let resolved = resolved_of(&m)?;
-    let allowed = actor.as_ref().is_some_and(|a| a.tenant_id == m.tenant_id && role_covers(&state.config.catalog, a.role, &m.report, &resolved));
+    let role = match &actor {
+        Some(a) if a.tenant_id == m.tenant_id => Some(a.role_now()?),
+        _ => None,
+    };
+    let allowed = role.is_some_and(|role| role_covers(&state.config.catalog, role, &m.report, &resolved));
     if !allowed {
         return Err(AppError::PermissionRevoked);
     }

@@ -251,7 +251,7 @@ pub fn report_name(m: &jobs::Model) -> String {
 pub async fn report_download(state: &ServiceContext, actor: &Actor, id: &str) -> Result<String, AppError> {
     let m = find_own(&state.db, actor, id).await?;
     report_readable(&m, state.now_ms())?;
-    if !actor.role.may_import() {
+    if !actor.role_now()?.may_import() {
         return Err(AppError::PermissionRevoked);
     }
     let link = report_link(state, actor, &m).await?.ok_or(AppError::ExportNotReady)?;
@@ -269,7 +269,11 @@ pub async fn open_report(state: &ServiceContext, grant: &crate::links::LinkGrant
     }
     report_readable(&m, state.now_ms())?;
     let actor = crate::auth::load_active_actor(&state.db, &state.authority, &grant.actor_id, crate::auth::AuthVia::Token).await?;
-    if !actor.as_ref().is_some_and(|a| a.tenant_id == m.tenant_id && a.role.may_import()) {
+    let role = match &actor {
+        Some(a) if a.tenant_id == m.tenant_id => Some(a.role_now()?),
+        _ => None,
+    };
+    if !role.is_some_and(|role| role.may_import()) {
         return Err(AppError::PermissionRevoked);
     }
     let key = object_store::path::Path::from(m.artifact_key.clone().ok_or(AppError::ExportNotReady)?);

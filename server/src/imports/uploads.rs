@@ -40,7 +40,7 @@ pub fn is_upload_id(id: &str) -> bool {
 
 /// The first rule of an upload or an import (SPEC §10): only an admin.
 pub fn ensure_may_import(actor: &Actor) -> Result<(), AppError> {
-    if actor.role.may_import() {
+    if actor.role_now()?.may_import() {
         Ok(())
     } else {
         Err(AppError::ImportNotPermitted)

@@ -33,7 +33,7 @@ type TestIdToken = IdToken<Extra, CoreGenderClaim, CoreJweContentEncryptionAlgor
 pub enum Signer {
     /// The key the JWKS publishes.
     Published,
-    /// A key the JWKS never publishes (with a kid of its own).
+    /// A key the JWKS does not publish (with a kid of its own) until [`Provider::rotate`].
     Other,
 }
 
@@ -51,6 +51,8 @@ pub struct Plan {
     pub audience: Option<String>,
     /// Seconds from now to `exp` (negative: expired).
     pub expires_in: i64,
+    /// `None`: this provider's issuer.
+    pub issuer: Option<String>,
 }
 
 impl Plan {
@@ -65,6 +67,7 @@ impl Plan {
             signer: Signer::Published,
             audience: None,
             expires_in: 300,
+            issuer: None,
         }
     }
 }
@@ -81,6 +84,8 @@ struct Shared {
     /// How many times the token endpoint answered.
     token_calls: usize,
     jwks_reads: usize,
+    /// Whether the JWKS publishes the other key too (a rotation under way).
+    rotated: bool,
 }
 
 /// The provider, serving until dropped.
@@ -110,6 +115,7 @@ impl Provider {
             nonce: None,
             token_calls: 0,
             jwks_reads: 0,
+            rotated: false,
         }));
         let router = Router::new()
             .route("/.well-known/openid-configuration", get(discovery))
@@ -154,6 +160,18 @@ impl Provider {
         sign(&s, &plan, None)
     }
 
+    /// An ID token as a sign-in would get it (with a nonce), for `subject` and `audience`.
+    pub fn id_token(&self, subject: &str, audience: &str) -> String {
+        let s = self.shared.lock().unwrap();
+        let plan = Plan { audience: Some(audience.into()), ..Plan::good(subject, "acme", "admin") };
+        sign(&s, &plan, Some("a-sign-ins-nonce"))
+    }
+
+    /// Publishes the other key beside the first, as a provider rotating its keys does.
+    pub fn rotate(&self) {
+        self.shared.lock().unwrap().rotated = true;
+    }
+
     /// Stops answering: the provider is down.
     pub fn stop(&self) {
         self.server.abort();
@@ -175,7 +193,7 @@ fn sign(s: &Shared, plan: &Plan, nonce: Option<&str>) -> String {
     let extra = Extra { exportd_tenant: plan.tenant.clone().filter(|t| !t.is_empty()), exportd_role: plan.role.clone().filter(|r| !r.is_empty()) };
     let audience = plan.audience.clone().unwrap_or_else(|| s.client_id.clone());
     let claims = IdTokenClaims::new(
-        IssuerUrl::new(s.issuer.clone()).expect("issuer"),
+        IssuerUrl::new(plan.issuer.clone().unwrap_or_else(|| s.issuer.clone())).expect("issuer"),
         vec![Audience::new(audience)],
         now + chrono::Duration::seconds(plan.expires_in),
         now - chrono::Duration::seconds(600.max(-plan.expires_in + 60)),
@@ -207,7 +225,11 @@ async fn discovery(State(shared): State<Arc<Mutex<Shared>>>) -> Json<Value> {
 async fn jwks(State(shared): State<Arc<Mutex<Shared>>>) -> Json<CoreJsonWebKeySet> {
     let mut s = shared.lock().unwrap();
     s.jwks_reads += 1;
-    Json(CoreJsonWebKeySet::new(vec![s.published.as_verification_key()]))
+    let mut keys = vec![s.published.as_verification_key()];
+    if s.rotated {
+        keys.push(s.other.as_verification_key());
+    }
+    Json(CoreJsonWebKeySet::new(keys))
 }
 
 async fn token(State(shared): State<Arc<Mutex<Shared>>>, Form(form): Form<Vec<(String, String)>>) -> axum::response::Response {
