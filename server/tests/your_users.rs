@@ -283,6 +283,18 @@ on_both_backends!(a_role_taken_away_in_the_authority_source_refuses_the_next_dow
     assert_eq!(done["status"], "failed", "{done}");
     assert_eq!(done["error"]["code"], "permission_revoked");
     assert!(done["download"].is_null());
+
+    // Held after its file is staged, before the fence: the source is asked at the fence too, and
+    // nothing is published.
+    app.exec("INSERT INTO memberships VALUES ('ten_acme', 'bob@acme.test', 'analyst')").await;
+    let mut gate = Gate::close(&app.fault("after_staging"));
+    let id = app.create(&bob, "fourth", &json!({"report": "orders"})).await.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    gate.reached().await;
+    app.exec("DELETE FROM memberships WHERE subject = 'bob@acme.test'").await;
+    gate.open();
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(60)).await;
+    assert_eq!(done["error"]["code"], "permission_revoked", "{done}");
+    assert!(app.objects("exports/").iter().all(|key| !key.contains(&id)), "no file published for it: {:?}", app.objects("exports/"));
     app.stop().await;
 });
 
