@@ -199,7 +199,7 @@ impl Config {
             source_url: std::env::var("EXPORTD_SOURCE_URL").ok().filter(|v| !v.is_empty()),
             source_read_url: std::env::var("EXPORTD_SOURCE_READ_URL").ok().filter(|v| !v.is_empty()),
             oidc: OidcConfig::from_env(|name| std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()))?,
-            authority_timeout: Duration::from_millis(number("EXPORTD_AUTHORITY_TIMEOUT_MS", 2000)?.max(1)),
+            authority_timeout: Duration::from_millis(number("EXPORTD_AUTHORITY_TIMEOUT_MS", crate::auth::authority::DEFAULT_TIMEOUT.as_millis() as u64)?.max(1)),
         })
     }
 
@@ -235,7 +235,7 @@ impl Config {
             source_url: None,
             source_read_url: None,
             oidc: None,
-            authority_timeout: Duration::from_secs(2),
+            authority_timeout: crate::auth::authority::DEFAULT_TIMEOUT,
         }
     }
 
