@@ -257,6 +257,10 @@ async fn app_with_authority(backend: Backend) -> TestApp {
 
 on_both_backends!(a_role_taken_away_in_the_authority_source_refuses_the_next_download_and_stops_a_running_export_before_release, |backend| {
     let app = app_with_authority(backend).await;
+    // Without a provider configured, its routes do not exist.
+    for path in ["/auth/oidc/start", "/auth/oidc/callback?code=c&state=s", "/auth/oidc/sign-out"] {
+        expect_problem(app.anonymous().get(app.url(path)).send().await.unwrap(), 404, "not-found").await;
+    }
     let bob = app.login("bob@acme.test").await;
     let me: Value = bob.get(app.url("/api/session")).send().await.unwrap().json().await.unwrap();
     assert_eq!(me["role"], "analyst", "the role is the source's, not the stored one");

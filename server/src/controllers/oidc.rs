@@ -20,8 +20,9 @@ pub struct Callback {
     error: Option<String>,
 }
 
+/// The configured provider; without one these routes do not exist (404, as any unknown route).
 fn provider(state: &AppState) -> Result<&Arc<Provider>, Response> {
-    state.oidc.as_ref().ok_or_else(|| (StatusCode::NOT_FOUND, "Sign-in through a provider is not set up here.").into_response())
+    state.oidc.as_ref().ok_or_else(|| crate::error::AppError::NotFound.into_response())
 }
 
 fn redirect_uri(parts: &Parts, state: &AppState) -> Option<String> {
