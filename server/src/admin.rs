@@ -3,7 +3,7 @@
 //! tokens. Adding a slug or an email that exists changes nothing and is an error; each change is
 //! one transaction.
 
-use crate::auth::{hash_password, Role};
+use crate::auth::{hash_password, Role, NO_PASSWORD};
 use crate::entities::{api_tokens, sessions, tenants, users};
 use sea_orm::sea_query::Expr;
 use crate::job_store::begin_write;
@@ -24,9 +24,6 @@ fn refused(message: impl Into<String>) -> AdminError {
     AdminError::Refused(message.into())
 }
 
-/// A stored password hash that no password verifies: a user added without a password signs in
-/// only through the organisation's provider, or once an operator sets one.
-const NO_PASSWORD: &str = "!";
 
 /// The shape of a tenant's slug: 1–63 of `a-z`, `0-9` and `-`, starting with a letter.
 fn is_slug(slug: &str) -> bool {

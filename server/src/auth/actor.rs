@@ -68,8 +68,7 @@ async fn one_actor<C: ConnectionTrait>(db: &C, authority: &Authority, query: sea
     let email = text(1)?;
     let subject = maybe(6)?;
     let source_id = text(8)?;
-    // The authority's subject is the provider's `sub`, or a password user's email (contract §13).
-    let whom = Whom { stored, subject: subject.as_deref().unwrap_or(&email), tenant_source_id: &source_id };
+    let whom = Whom::of(stored, &email, subject.as_deref(), &source_id);
     // Reading and cancelling one's own operations needs only an active user (contract §2): a
     // source that does not answer stops only the checks that need the role.
     let (role, unanswered) = match authority.role(whom).await {
@@ -135,16 +134,19 @@ async fn actor_of_session<C: ConnectionTrait>(db: &C, authority: &Authority, ses
 
 /// The value of our session cookie in a request, if any: over TLS only the `__Host-` one.
 pub fn session_secret(parts: &Parts, secure: bool) -> Option<String> {
-    let name = super::session_cookie_name(secure);
-    parts
-        .headers
+    cookie_value(&parts.headers, super::session_cookie_name(secure)).map(str::to_owned)
+}
+
+/// The non-empty value of the cookie `name` in a request's `Cookie` headers, if any.
+pub fn cookie_value<'h>(headers: &'h axum::http::HeaderMap, name: &str) -> Option<&'h str> {
+    headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(cookie, _)| *cookie == name)
-        .map(|(_, value)| value.to_owned())
+        .map(|(_, value)| value)
         .filter(|v| !v.is_empty())
 }
 

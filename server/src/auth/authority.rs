@@ -40,6 +40,15 @@ pub struct Whom<'a> {
     pub tenant_source_id: &'a str,
 }
 
+impl<'a> Whom<'a> {
+    /// A user of `email` (and of `oidc_subject` when the provider signs it in) in the tenant of
+    /// `tenant_source_id`: its subject is the provider's `sub`, or a password user's email
+    /// (contract §13).
+    pub fn of(stored: Role, email: &'a str, oidc_subject: Option<&'a str>, tenant_source_id: &'a str) -> Whom<'a> {
+        Whom { stored, subject: oidc_subject.unwrap_or(email), tenant_source_id }
+    }
+}
+
 /// The one place a role is read from.
 #[derive(Clone)]
 pub enum Authority {
@@ -110,7 +119,7 @@ impl Authority {
         let email = row.try_get_by_index::<String>(1)?;
         let subject = row.try_get_by_index::<Option<String>>(2)?;
         let source_id = row.try_get_by_index::<String>(3)?;
-        let whom = Whom { stored, subject: subject.as_deref().unwrap_or(&email), tenant_source_id: &source_id };
+        let whom = Whom::of(stored, &email, subject.as_deref(), &source_id);
         Ok(Some(self.role(whom).await?.unwrap_or(Role::Viewer)))
     }
 

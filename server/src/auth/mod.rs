@@ -12,11 +12,11 @@ mod sessions;
 pub mod throttle;
 mod tokens;
 
-pub use actor::{actor_of_subject, load_active_actor, session_secret, Actor, AuthVia};
+pub use actor::{actor_of_subject, cookie_value, load_active_actor, session_secret, Actor, AuthVia};
 pub use authority::Authority;
 pub use crate::config::PublicOrigin;
 pub use origin::{client_ip, origin, over_tls, require_same_origin, throttle_address};
-pub use passwords::{hash_password, verify_password_or_dummy};
+pub use passwords::{hash_password, verify_password_or_dummy, NO_PASSWORD};
 pub use sessions::{clear_session_cookie, create_session, purge_sessions, revoke_session, session_cookie, session_cookie_name, SESSION_COOKIE};
 pub use tokens::{create_token, hash_secret, new_secret};
 

@@ -215,7 +215,7 @@ impl Provider {
     pub async fn finish(&self, redirect_uri: &str, code: &str, nonce: &str, pkce_verifier: &str) -> Result<Identity, SignInFailure> {
         let (metadata, jwks) = self.discovered().await?;
         let redirect = RedirectUrl::new(redirect_uri.to_owned()).map_err(|_| SignInFailure::ProviderDown)?;
-        let client = self.client(metadata.clone(), jwks).set_redirect_uri(redirect);
+        let client = self.client(metadata.clone(), jwks.clone()).set_redirect_uri(redirect);
         let request = client.exchange_code(AuthorizationCode::new(code.to_owned())).map_err(|_| SignInFailure::ProviderDown)?;
         let response = tokio::time::timeout(PROVIDER_TIMEOUT, request.set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier.to_owned())).request_async(&self.http))
             .await
@@ -235,8 +235,7 @@ impl Provider {
             let subject = id_token.claims(&verifier, &nonce).map(|c| c.subject().to_string());
             subject
         };
-        let (_, keys) = self.discovered().await?;
-        let subject = match verify(keys) {
+        let subject = match verify(jwks) {
             Err(openidconnect::ClaimsVerificationError::SignatureVerification(openidconnect::SignatureVerificationError::NoMatchingKey)) => match self.reread_keys().await {
                 Some(keys) => verify(keys),
                 None => Err(openidconnect::ClaimsVerificationError::SignatureVerification(openidconnect::SignatureVerificationError::NoMatchingKey)),

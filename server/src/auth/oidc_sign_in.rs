@@ -104,8 +104,7 @@ pub async fn sign_in(db: &DatabaseConnection, issuer: &str, identity: &Identity,
                 tenant_id: Set(tenant.id),
                 // The unique name the CLI knows the user by; the claims' email need not be unique.
                 email: Set(format!("oidc:{}", identity.subject)),
-                // No password verifies this: the user signs in through the provider only.
-                password_hash: Set("!".to_owned()),
+                password_hash: Set(super::NO_PASSWORD.to_owned()),
                 role: Set(role.as_str().to_owned()),
                 active: Set(true),
                 created_at: Set(now_ms),

@@ -5,6 +5,10 @@ use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, Pass
 use argon2::Argon2;
 use std::sync::OnceLock;
 
+/// A stored password hash that no password verifies: a user added without a password, or one
+/// the provider signs in, signs in only through the provider (or once an operator sets one).
+pub const NO_PASSWORD: &str = "!";
+
 /// Hashes a password with a fresh salt.
 pub fn hash_password(password: &str) -> Result<String, argon2::password_hash::Error> {
     let salt = SaltString::generate(&mut OsRng);

@@ -8,7 +8,7 @@ use crate::auth::{self, oidc::Provider};
 use crate::state::AppState;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{header, request::Parts, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, request::Parts, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 
@@ -48,18 +48,6 @@ fn sign_in_cookie(value: &str, max_age_secs: i64, secure: bool) -> String {
     let (name, path) = sign_in_cookie_name(secure);
     let secure = if secure { "; Secure" } else { "" };
     format!("{name}={value}; Path={path}; HttpOnly; SameSite=Lax; Max-Age={max_age_secs}{secure}")
-}
-
-fn cookie_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(cookie, _)| *cookie == name)
-        .map(|(_, value)| value)
-        .filter(|v| !v.is_empty())
 }
 
 fn see_other(location: &str, cookies: &[String]) -> Response {
@@ -110,7 +98,7 @@ pub async fn callback(State(state): State<AppState>, parts: Parts, query: Result
     let secure = auth::over_tls(&parts, &state.config);
     let result = async {
         let now = state.now_ms();
-        let cookie = cookie_value(&parts.headers, sign_in_cookie_name(secure).0);
+        let cookie = auth::cookie_value(&parts.headers, sign_in_cookie_name(secure).0);
         let (nonce, verifier) = oidc_sign_in::take(&state.db, cookie, query.state.as_deref().unwrap_or(""), now).await?;
         if let Some(error) = query.error.as_deref() {
             return Err(SignInFailure::Refused(error.chars().take(80).collect()));
