@@ -99,9 +99,9 @@ def request(base, method, path, token, body=None, key=None):
         return json.loads(resp.read() or b"null")
 
 
-def export(b, token, range_):
+def export(b, token, range_, fmt="csv"):
     """Creates an export and polls it to its end; returns (seconds, rows)."""
-    body = {"report": "orders", "time_range": range_}
+    body = {"report": "orders", "time_range": range_, "format": fmt}
     started = time.monotonic()
     view = request(b.base, "POST", "/api/exports", token, body, key=str(uuid.uuid4()))
     while view["status"] not in ("ready", "failed", "cancelled"):
@@ -432,12 +432,12 @@ def checkpointed_figures(b, token):
     shutil.rmtree(exports_dir, ignore_errors=True)
 
 
-def upload_file(b, token, path):
+def upload_file(b, token, path, content_type="text/csv"):
     """POST /api/uploads of a file, streamed from disk; returns the upload id."""
     with open(path, "rb") as f:
         req = urllib.request.Request(f"{b.base}/api/uploads", data=f, method="POST")
         req.add_header("Authorization", f"Bearer {token}")
-        req.add_header("Content-Type", "text/csv")
+        req.add_header("Content-Type", content_type)
         req.add_header("Content-Length", str(os.path.getsize(path)))
         with urllib.request.urlopen(req, timeout=1800) as resp:
             return json.loads(resp.read())["upload"]
@@ -568,6 +568,70 @@ def import_figures(b, token):
            f"{hwm[100_000] / 1024:.1f} → {hwm[1_000_000] / 1024:.1f} MiB", "", None, "growth < 16 MiB", growth < 16)
 
 
+def xlsx_export_figures(b, admin_token):
+    """The whole dataset as XLSX against the same export as CSV, alternating, best of three each;
+    and the peak RSS of a fresh worker writing a workbook of 100k and of all the rows."""
+    ranges = {n: day_range(b, n) for n in (100_000, ARGS.orders)}
+    api = b.api() if b.name == "PostgreSQL" else None
+    hwm, times = {}, {}
+    for n in (100_000, ARGS.orders):
+        rng = ranges[n][0]
+        worker = b.spawn("worker", "--concurrency", "1") if api else b.api("--concurrency", "1")
+        time.sleep(1)
+        if n == ARGS.orders:
+            runs = {"xlsx": [], "csv": []}
+            for _ in range(3):
+                for fmt in ("xlsx", "csv"):
+                    runs[fmt].append(export(b, admin_token, rng, fmt))
+            times = {fmt: min(r[0] for r in rs) for fmt, rs in runs.items()}
+            rows = runs["xlsx"][0][1]
+        else:
+            export(b, admin_token, rng, "xlsx")
+        hwm[n] = vmhwm_kib(worker.pid)
+        b.stop(worker)
+    if not api:
+        b.api()
+    figure(f"{b.name}: XLSX export of {rows:,} rows (11 columns, admin), create→ready", f"{times['xlsx']:.2f} s", f"{times['csv']:.2f} s (the same export as CSV)",
+           times["csv"] / times["xlsx"], "≥ 0.4 (at most 2.5× the CSV's time)", times["csv"] / times["xlsx"] >= 0.4)
+    growth = (hwm[ARGS.orders] - hwm[100_000]) / 1024
+    figure(f"{b.name}: worker peak RSS (VmHWM) writing XLSX of 100,000 → {rows:,} rows",
+           f"{hwm[100_000] / 1024:.1f} → {hwm[ARGS.orders] / 1024:.1f} MiB", "", None, "growth < 16 MiB", growth < 16)
+
+
+def xlsx_import_figure(b, token):
+    """An apply of 1,000,000 customers from a workbook (written by openpyxl) against the same rows
+    from a CSV, alternating, best of two each."""
+    n = 1_000_000
+    csv_path, xlsx_path = os.path.join(b.folder, "customers-x.csv"), os.path.join(b.folder, "customers-x.xlsx")
+    with open(csv_path, "w") as f:
+        f.write("email,name,phone,country\n")
+        for i in range(n):
+            f.write(f"xl{i}@bench.test,Imported Person {i},+9665{i:08d},SA\n")
+    python = os.path.expanduser("~/.cache/exportd-openpyxl/bin/python")
+    writer = (
+        "import csv, sys, openpyxl\n"
+        "book = openpyxl.Workbook(write_only=True)\n"
+        "sheet = book.create_sheet('customers')\n"
+        "for row in csv.reader(open(sys.argv[1])):\n"
+        "    sheet.append(row)\n"
+        "book.save(sys.argv[2])\n"
+    )
+    subprocess.run([python, "-c", writer, csv_path, xlsx_path], check=True)
+    clear = "DELETE FROM customers WHERE email LIKE 'xl%@bench.test'"
+    uploads = {"csv": upload_file(b, token, csv_path), "xlsx": upload_file(b, token, xlsx_path, "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")}
+    times = {"csv": [], "xlsx": []}
+    for _ in range(2):
+        for fmt in ("xlsx", "csv"):
+            took, view = run_import(b, token, uploads[fmt])
+            if view["counts"]["applied"] != n:
+                raise SystemExit(f"the {fmt} import applied {view['counts']}")
+            times[fmt].append(took)
+            b.sql(clear)
+    ours, base = min(times["xlsx"]), min(times["csv"])
+    figure(f"{b.name}: import of 1,000,000 customers from XLSX (validate + apply), create→ready", f"{ours:.2f} s", f"{base:.2f} s (the same rows from CSV)",
+           base / ours, "≥ 0.5 (at most 2× the CSV's time)", base / ours >= 0.5)
+
+
 def wasm_figure():
     pkg = os.path.join(ARGS.site, "pkg")
     # The page's own wasm, not the import section split off from it (`split_*.wasm`).
@@ -593,7 +657,7 @@ def main():
     p.add_argument("--admin-url", required=True)
     p.add_argument("--orders", type=int, default=1_000_000)
     p.add_argument("--out", required=True)
-    p.add_argument("--only", default="", help="imports: only the import figures, on PostgreSQL; exports: only the export figures, on both backends; written beside --out")
+    p.add_argument("--only", default="", help="imports: only the import figures, on PostgreSQL; exports: only the export figures, on both backends; xlsx: only the workbook figures, exports on both backends and the import on PostgreSQL; written beside --out")
     ARGS = p.parse_args()
     if ARGS.only:
         ARGS.out = ARGS.out.removesuffix(".md") + f"-{ARGS.only}.md"
@@ -620,7 +684,14 @@ def main():
                 import_limit_figures(b, admin)
                 b.stop_all()
                 continue
+            if ARGS.only == "xlsx":
+                xlsx_export_figures(b, admin)
+                if b.name == "PostgreSQL":
+                    xlsx_import_figure(b, admin)
+                b.stop_all()
+                continue
             exports_figures(b, admin)
+            xlsx_export_figures(b, admin)
             if ARGS.only == "exports":
                 b.stop_all()
                 continue
@@ -636,6 +707,7 @@ def main():
                 claim_figure(b, admin)
                 checkpointed_figures(b, admin)
                 import_figures(b, admin)
+                xlsx_import_figure(b, admin)
                 import_limit_figures(b, admin)
             b.stop_all()
         if not ARGS.only:

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what exportd needs to build (and, with --test, to run its tests: Debian's Chromium and
-# PostgreSQL client, and PyPI's moto S3 server), skipping whatever is already there. Nothing is
+# Installs what exportd needs to build (and, with --test, to run its tests: Debian's Chromium,
+# LibreOffice Calc and PostgreSQL client, and PyPI's moto S3 server and openpyxl), skipping
+# whatever is already there. Nothing is
 # downloaded from outside the package registries.
 #
 # It assumes, and checks first: a Debian or Ubuntu machine; rustup's Rust toolchain (cargo,
 # rustup) on PATH; Node.js with npm; root (or passwordless sudo) for apt-get. What it installs
 # from Debian when missing: a C toolchain (build-essential), curl, python3-venv and, with
-# --test, chromium, postgresql-client, strace, nginx and openssl.
+# --test, chromium, postgresql-client, strace, nginx, openssl and libreoffice-calc-nogui.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$root"
@@ -77,6 +78,15 @@ if $want_tests; then
   if [[ "$("$venv/bin/st" --version 2>/dev/null || true)" != *"$schemathesis_version"* ]]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$schemathesis_version"
+  fi
+  # The two spreadsheet readers of the workbook tests: LibreOffice Calc (headless) from Debian,
+  # and openpyxl from PyPI in a virtual environment of its own.
+  command -v soffice >/dev/null || apt_install libreoffice-calc-nogui
+  openpyxl_version=3.1.5
+  venv="$HOME/.cache/exportd-openpyxl"
+  if ! "$venv/bin/python" -c "import openpyxl, sys; sys.exit(0 if openpyxl.__version__ == '$openpyxl_version' else 1)" 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "openpyxl==$openpyxl_version"
   fi
   # The S3-protocol server the storage tests run against.
   moto_version=5.2.1

@@ -484,9 +484,18 @@ fn request_of_form(s: PageSignals) -> ExportRequest {
         None => TimeRange::Dates { from: f.from.get_untracked(), to: f.to.get_untracked() },
     };
     request.timezone = f.timezone.get_untracked().trim().to_owned();
-    request.options.bom = f.bom.get_untracked();
-    if f.gzip.get_untracked() {
-        request.options.compression = crate::model::Compression::Gzip;
+    if f.xlsx.get_untracked() {
+        // A workbook's header is in the page's language (a byte order mark and gzip do not apply).
+        request.format = crate::model::FileFormat::Xlsx;
+        let lang = web_sys::window().and_then(|w| w.document()).and_then(|d| d.document_element()).and_then(|html| html.get_attribute("lang"));
+        if lang.as_deref() == Some("ar") {
+            request.options.language = crate::model::FileLanguage::Ar;
+        }
+    } else {
+        request.options.bom = f.bom.get_untracked();
+        if f.gzip.get_untracked() {
+            request.options.compression = crate::model::Compression::Gzip;
+        }
     }
     if f.checkpointed.get_untracked() {
         request.consistency = crate::model::Consistency::Checkpointed;

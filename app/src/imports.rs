@@ -179,8 +179,11 @@ impl Imports {
 
     /// Uploads the file the user chose, showing its progress; once stored, it is the chosen one.
     fn upload(self, file: web_sys::File) {
+        const XLSX: &str = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet";
         let Ok(xhr) = web_sys::XmlHttpRequest::new() else { return };
         let name = file.name();
+        // Declared by its name; the server reads which it is from its first bytes anyway.
+        let is_workbook = name.to_ascii_lowercase().ends_with(".xlsx");
         self.notice.set(None);
         self.uploading.set(Some((0, file.size() as i64)));
         let on_progress = Closure::<dyn Fn(web_sys::ProgressEvent)>::new(move |ev: web_sys::ProgressEvent| {
@@ -210,7 +213,7 @@ impl Imports {
         }
         xhr.set_onloadend(Some(on_end.as_ref().unchecked_ref()));
         let sent = xhr.open_with_async("POST", "/api/uploads", true).is_ok()
-            && xhr.set_request_header("content-type", "text/csv").is_ok()
+            && xhr.set_request_header("content-type", if is_workbook { XLSX } else { "text/csv" }).is_ok()
             && xhr.send_with_opt_blob(Some(&file)).is_ok();
         if sent {
             // Each lives until the request ends: the browser calls them, not Rust.
@@ -384,7 +387,7 @@ fn view(i18n: I18n, lane: Imports) -> impl IntoView {
                     </select>
                 </label>
                 <label>{move || td_string!(i18n.get_locale(), import_file)}
-                    <input type="file" name="file" accept=".csv,text/csv" data-testid="import-file" on:change=on_file
+                    <input type="file" name="file" accept=".csv,text/csv,.xlsx,application/vnd.openxmlformats-officedocument.spreadsheetml.sheet" data-testid="import-file" on:change=on_file
                         disabled=move || lane.uploading.get().is_some()/>
                 </label>
                 {move || lane.uploading.get().map(|(sent, total)| view! {

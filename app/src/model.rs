@@ -114,6 +114,49 @@ pub struct ExportOptions {
     /// `gzip` delivers `.csv.gz` (`application/gzip`) instead of `.csv`.
     #[serde(default)]
     pub compression: Compression,
+    /// The language of an XLSX header row's titles (SPEC §14); in the fingerprint only when it
+    /// is not English.
+    #[serde(default, skip_serializing_if = "FileLanguage::is_default")]
+    pub language: FileLanguage,
+}
+
+/// The language of a workbook's header row: its columns' titles, and with `ar` a right-to-left
+/// sheet. It never changes the rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub enum FileLanguage {
+    /// English titles.
+    #[default]
+    En,
+    /// Arabic titles, the sheet right-to-left.
+    Ar,
+}
+
+impl FileLanguage {
+    fn is_default(&self) -> bool {
+        *self == FileLanguage::En
+    }
+
+    /// Its code, `en` or `ar`.
+    pub fn code(self) -> &'static str {
+        match self {
+            FileLanguage::En => "en",
+            FileLanguage::Ar => "ar",
+        }
+    }
+}
+
+/// The file an export writes (SPEC §3.1, §14).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub enum FileFormat {
+    /// RFC 4180 CSV, text defused.
+    #[default]
+    Csv,
+    /// An Office Open XML workbook with typed cells.
+    Xlsx,
 }
 
 /// How a file is compressed (SPEC §3.1).
@@ -141,10 +184,6 @@ pub enum Consistency {
     Checkpointed,
 }
 
-fn default_format() -> String {
-    "csv".to_owned()
-}
-
 fn default_timezone() -> String {
     "UTC".to_owned()
 }
@@ -165,10 +204,9 @@ pub struct ExportRequest {
     /// The columns asked for; `null` means every column the role may read.
     #[serde(default)]
     pub columns: Option<Vec<String>>,
-    /// The file format; only `csv`.
-    #[serde(default = "default_format")]
-    #[cfg_attr(feature = "ssr", schema(pattern = "^csv$"))]
-    pub format: String,
+    /// The file format: `csv` (the default) or `xlsx`.
+    #[serde(default)]
+    pub format: FileFormat,
     /// The rows' time range.
     #[serde(default)]
     pub time_range: TimeRange,
@@ -197,7 +235,7 @@ impl ExportRequest {
             report: report.to_owned(),
             filters: BTreeMap::new(),
             columns: None,
-            format: default_format(),
+            format: FileFormat::Csv,
             time_range: TimeRange::default(),
             timezone: default_timezone(),
             options: ExportOptions::default(),
@@ -803,8 +841,12 @@ pub struct ImportCounts {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct RowError {
-    /// The physical line where the record starts (the header is line 1).
+    /// The physical line where the record starts (the header is line 1); in a workbook, the
+    /// row of its sheet.
     pub line: i64,
+    /// In a workbook, the sheet's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sheet: Option<String>,
     /// The column, or empty for the whole record.
     pub column: String,
     /// A stable code.

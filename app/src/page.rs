@@ -109,6 +109,7 @@ pub fn ExportPage() -> impl IntoView {
         timezone: RwSignal::new("UTC".to_owned()),
         filters: RwSignal::new(Default::default()),
         chosen: RwSignal::new(Default::default()),
+        xlsx: RwSignal::new(false),
         bom: RwSignal::new(false),
         checkpointed: RwSignal::new(false),
         gzip: RwSignal::new(false),
@@ -267,9 +268,16 @@ pub fn ExportPage() -> impl IntoView {
                             .collect_view()
                     }}
                 </fieldset>
+                <label>{move || td_string!(i18n.get_locale(), file_format)}
+                    <select name="format" aria-describedby="error-format" on:change=move |ev| f.xlsx.set(event_target_value(&ev) == "xlsx")>
+                        <option value="csv" selected=move || !f.xlsx.get()>"CSV"</option>
+                        <option value="xlsx" selected=move || f.xlsx.get()>{move || td_string!(i18n.get_locale(), format_xlsx)}</option>
+                    </select>
+                    {field_error(f.errors, "/format", "format")}
+                </label>
                 <div class="options">
                 <label class="check">
-                    <input type="checkbox" name="bom" prop:checked=move || f.bom.get()
+                    <input type="checkbox" name="bom" prop:checked=move || f.bom.get() prop:disabled=move || f.xlsx.get()
                         on:change=move |ev| f.bom.set(event_target_checked(&ev))/>
                     {move || td_string!(i18n.get_locale(), bom)}
                 </label>
@@ -279,7 +287,7 @@ pub fn ExportPage() -> impl IntoView {
                     {move || td_string!(i18n.get_locale(), checkpointed)}
                 </label>
                 <label class="check">
-                    <input type="checkbox" name="compression" value="gzip" prop:checked=move || f.gzip.get()
+                    <input type="checkbox" name="compression" value="gzip" prop:checked=move || f.gzip.get() prop:disabled=move || f.xlsx.get()
                         on:change=move |ev| f.gzip.set(event_target_checked(&ev))/>
                     {move || td_string!(i18n.get_locale(), gzip)}
                 </label>

@@ -79,6 +79,8 @@ pub struct FormSignals {
     pub filters: RwSignal<std::collections::BTreeMap<String, String>>,
     /// The values chosen of each `one_of` filter, by its name (none = all).
     pub chosen: RwSignal<std::collections::BTreeMap<String, Vec<String>>>,
+    /// An Excel workbook (`format: xlsx`) rather than CSV.
+    pub xlsx: RwSignal<bool>,
     /// Start the file with a BOM.
     pub bom: RwSignal<bool>,
     /// Read and deliver it in parts that resume (`consistency: checkpointed`).

@@ -29,6 +29,18 @@ pub fn money(cents: i64) -> String {
     format!("{sign}{}.{:02}", abs / 100, abs % 100)
 }
 
+/// Minor units of a currency with `places` places as a decimal amount: `-1250` with 3 is
+/// `-1.250`, with 0 `-1250`.
+pub fn amount(minor: i64, places: u32) -> String {
+    if places == 0 {
+        return minor.to_string();
+    }
+    let sign = if minor < 0 { "-" } else { "" };
+    let abs = minor.unsigned_abs();
+    let unit = 10u64.pow(places);
+    format!("{sign}{}.{:0width$}", abs / unit, abs % unit, width = places as usize)
+}
+
 /// An instant in epoch milliseconds as RFC 3339 UTC, to the second; `None` outside the
 /// calendar's range.
 pub fn instant(ms: i64) -> Option<String> {
@@ -223,6 +235,57 @@ impl CsvEncoder {
     }
 }
 
+impl crate::row_encoder::RowEncoder for CsvEncoder {
+    fn text(&mut self, text: &str) -> std::io::Result<()> {
+        CsvEncoder::text(self, text)
+    }
+
+    fn integer(&mut self, n: i64) -> std::io::Result<()> {
+        CsvEncoder::integer(self, n)
+    }
+
+    fn decimal(&mut self, digits: &str, _scale: u32) -> std::io::Result<()> {
+        self.number(digits)
+    }
+
+    fn money_in(&mut self, minor: i64, places: u32) -> std::io::Result<()> {
+        CsvEncoder::money_in(self, minor, places)
+    }
+
+    fn date(&mut self, day: jiff::civil::Date) -> std::io::Result<()> {
+        CsvEncoder::date(self, day)
+    }
+
+    fn instant(&mut self, ms: i64) -> std::io::Result<()> {
+        CsvEncoder::instant(self, ms)
+    }
+
+    fn boolean(&mut self, value: bool) -> std::io::Result<()> {
+        CsvEncoder::boolean(self, value)
+    }
+
+    fn empty(&mut self) -> std::io::Result<()> {
+        CsvEncoder::empty(self)
+    }
+
+    fn end_row(&mut self) -> std::io::Result<()> {
+        CsvEncoder::end_row(self)
+    }
+
+    fn buffered(&self) -> usize {
+        CsvEncoder::buffered(self)
+    }
+
+    fn take(&mut self) -> std::io::Result<Vec<u8>> {
+        CsvEncoder::take(self)
+    }
+
+    fn finish(mut self, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
+        let rest = CsvEncoder::take(&mut self)?;
+        out.write_all(&rest)
+    }
+}
+
 /// Whether a spreadsheet would read this text as a formula.
 // A `'` before such a cell is defused too (`'=x` is written `''=x`), so that reading a `'`
 // back off any defused cell gives the cell exactly (SPEC §10's export imported unchanged).
@@ -318,6 +381,14 @@ mod tests {
         csv.empty().unwrap();
         csv.end_row().unwrap();
         assert_eq!(String::from_utf8(csv.take().unwrap()).unwrap(), "a,b,c,d,e,f,g\r\n-1.250,1250,0.005,-0.05,2026-02-28,false,\r\n");
+    }
+
+    #[test]
+    fn an_amount_has_its_currencys_places() {
+        assert_eq!(amount(-1250, 3), "-1.250");
+        assert_eq!(amount(1250, 0), "1250");
+        assert_eq!(amount(5, 3), "0.005");
+        assert_eq!(amount(-5, 2), "-0.05");
     }
 
     #[test]

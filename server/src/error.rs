@@ -45,9 +45,9 @@ pub enum AppError {
     /// An upload above `EXPORTD_MAX_UPLOAD_BYTES`; the limit in bytes.
     #[error("upload too large")]
     UploadTooLarge { max: u64 },
-    /// An upload that is not declared as CSV.
-    #[error("upload not csv")]
-    UploadNotCsv,
+    /// An upload that is not declared as CSV or a workbook.
+    #[error("upload of an unsupported media type")]
+    UploadMediaType,
     #[error("unsupported media type")]
     UnsupportedMediaType,
     #[error("idempotency key missing")]
@@ -140,7 +140,7 @@ impl AppError {
             BodyTooLarge => ("body-too-large", StatusCode::PAYLOAD_TOO_LARGE, "The body is larger than 64 KiB"),
             UnsupportedMediaType => ("unsupported-media-type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "The body must be application/json"),
             UploadTooLarge { .. } => ("body-too-large", StatusCode::PAYLOAD_TOO_LARGE, "The file is larger than the upload limit"),
-            UploadNotCsv => ("unsupported-media-type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "The body must be text/csv"),
+            UploadMediaType => ("unsupported-media-type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "The body must be text/csv or an XLSX workbook"),
             IdempotencyKeyMissing => ("idempotency-key-missing", StatusCode::BAD_REQUEST, "The Idempotency-Key header is required"),
             IdempotencyKeyInvalid(_) => ("idempotency-key-invalid", StatusCode::BAD_REQUEST, "The Idempotency-Key header is invalid"),
             MalformedJson(_) => ("malformed-json", StatusCode::BAD_REQUEST, "The body is not valid JSON"),

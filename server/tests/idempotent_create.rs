@@ -189,7 +189,8 @@ on_both_backends!(every_validation_rule_answers_422_with_a_pointer, |backend| {
         (json!({"report": "orders", "time_range": {"from": "2026-02-10", "to": "2026-02-01"}}), "/time_range/from"),
         (json!({"report": "orders", "time_range": {"from": "2026-02-30", "to": "2026-03-01"}}), "/time_range/from"),
         (json!({"report": "orders", "filters": {"country": ["S\u{7}A"]}}), "/filters/country/0"),
-        (json!({"report": "orders", "format": "xlsx"}), "/format"),
+        (json!({"report": "orders", "format": "pdf"}), "/format"),
+        (json!({"report": "orders", "format": "xlsx", "options": {"bom": true}}), "/options/bom"),
         (json!({"report": "orders", "bucket": "elsewhere"}), "/bucket"),
     ];
     for (i, (body, pointer)) in cases.into_iter().enumerate() {

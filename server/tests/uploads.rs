@@ -48,7 +48,7 @@ on_both_backends!(the_same_bytes_from_the_same_admin_are_one_upload_and_another_
     assert!(app.objects("uploading").is_empty(), "nothing left while bytes arrive: {:?}", app.objects("uploading"));
 });
 
-on_both_backends!(only_an_admin_may_upload_and_only_csv_and_nothing_is_kept_of_a_refused_one, |backend| {
+on_both_backends!(only_an_admin_may_upload_only_a_csv_or_a_workbook_and_nothing_is_kept_of_a_refused_one, |backend| {
     let app = TestApp::start(Options { adjust: small_limit, ..Options::new(backend) }).await;
     let bob = app.login("bob@acme.test").await;
     expect_problem(upload(&app, &bob, CSV).await, 403, "import-not-permitted").await;

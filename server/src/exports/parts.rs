@@ -59,9 +59,9 @@ pub struct PartRecord {
 }
 
 impl PartRecord {
-    /// Its name in the bundle: `part-00001.csv` (or `.csv.gz`).
+    /// Its name in the bundle: `part-00001.csv` (or `.csv.gz`, `.xlsx`).
     pub fn entry_name(&self) -> String {
-        let extension = if self.key.ends_with(".gz") { "csv.gz" } else { "csv" };
+        let extension = crate::file_type::FileType::of_name(&self.key).unwrap_or(crate::file_type::FileType::Csv).extension();
         format!("part-{:05}.{extension}", self.index)
     }
 

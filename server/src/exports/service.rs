@@ -18,7 +18,7 @@ use crate::job_store::kind::JobKind;
 use crate::job_store::{audit, Mover};
 use crate::error::AppError;
 use super::parts::PartRecord;
-use app::{Compression, Consistency, DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
+use app::{Consistency, DownloadView, ExportRequest, ExportStatus, ExportView, ResolvedContract};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
 
@@ -39,8 +39,8 @@ pub fn role_covers(catalog: &crate::catalog::Catalog, role: Role, report: &str, 
 
 
 /// The fingerprint of a request (SPEC §3.1): of the intent with its defaults filled in, except the
-/// fields added later (`consistency`, `options.compression`), which enter it only when they
-/// differ from their default, so operations and stored browser intents made before they existed
+/// fields added later (`consistency`, `options.compression`, and `options.language`, which is
+/// not even serialised at its default), which enter it only when they differ from their default, so operations and stored browser intents made before they existed
 /// still replay.
 fn fingerprint_of(request: &ExportRequest) -> Result<String, serde_json::Error> {
     let mut value = serde_json::to_value(request)?;
@@ -164,14 +164,11 @@ fn is_checkpointed(m: &jobs::Model) -> Result<bool, AppError> {
     Ok(request_of(m)?.consistency == Consistency::Checkpointed)
 }
 
-fn compressed(m: &jobs::Model) -> Result<bool, AppError> {
-    Ok(request_of(m)?.options.compression == Compression::Gzip)
-}
 
 /// The name a downloaded file is saved under, and its media type.
 pub fn download_name(m: &jobs::Model, served: Served) -> Result<(String, &'static str), AppError> {
-    let extension = if compressed(m)? { "csv.gz" } else { "csv" };
-    let media = if compressed(m)? { "application/gzip" } else { "text/csv; charset=utf-8" };
+    let file = crate::file_type::FileType::of(&request_of(m)?);
+    let (extension, media) = (file.extension(), file.media_type());
     Ok(match (served, is_checkpointed(m)?) {
         (Served::Part(n), _) => (format!("{}-{}-part-{n:05}.{extension}", m.report, m.id), media),
         (Served::Artifact, true) => (format!("{}-{}.zip", m.report, m.id), "application/zip"),

@@ -4,7 +4,7 @@ use crate::auth::Role;
 use crate::catalog::{Catalog, Filter, FilterTest, FilterValue, Report};
 use crate::iso_codes::is_country;
 use crate::error::{AppError, FieldError};
-use app::{ExportRequest, TimeRange};
+use app::{Compression, ExportRequest, FileFormat, TimeRange};
 use serde_json::Value;
 
 /// Finds every text value (and member name) with a control character, U+0000–U+001F or U+007F.
@@ -45,8 +45,14 @@ pub fn validate<'c>(catalog: &'c Catalog, req: &ExportRequest, role: Role) -> Re
     if report.is_none() {
         errors.push(FieldError::new("/report", format!("unknown report {:?}", req.report)));
     }
-    if req.format != "csv" {
-        errors.push(FieldError::new("/format", "the only format is \"csv\""));
+    if req.format == FileFormat::Xlsx {
+        // A workbook is a ZIP of its own, with no byte order mark (SPEC §14).
+        if req.options.bom {
+            errors.push(FieldError::new("/options/bom", "a byte order mark does not apply to xlsx"));
+        }
+        if req.options.compression != Compression::None {
+            errors.push(FieldError::new("/options/compression", "gzip does not apply to xlsx, which is compressed already"));
+        }
     }
     if jiff::tz::TimeZone::get(&req.timezone).is_err() {
         errors.push(FieldError::new("/timezone", "not an IANA timezone"));

@@ -4,7 +4,7 @@
 //! the tenant does not have, a row the database refuses) is checked by the import job;
 //! everything here is a pure function of the file and the catalog.
 
-use crate::catalog::{ColumnType, Compare, Dataset, DatasetColumn, TextFormat};
+use crate::catalog::{Catalog, ColumnType, Compare, Dataset, DatasetColumn, TextFormat};
 use crate::csv_cells::undefuse;
 use crate::iso_codes::{currency_places, is_country};
 use crate::service::ids::could_be_email;
@@ -37,6 +37,8 @@ pub struct Header {
     /// The positions to read a record's cells in: the money columns last, so the currency cell
     /// they are read by is read before them.
     order: Vec<usize>,
+    /// Whether the cells are a CSV's, whose text an export defused (a workbook's are as stored).
+    pub defused: bool,
 }
 
 impl Header {
@@ -67,7 +69,7 @@ impl Header {
         }
         let mut order: Vec<usize> = (0..slots.len()).collect();
         order.sort_by_key(|&i| slots[i].is_some_and(|c| matches!(dataset.columns[c].ty, ColumnType::Money { .. })));
-        Ok(Header { slots, order })
+        Ok(Header { slots, order, defused: true })
     }
 
     /// Whether the file has the dataset's column at `index`.
@@ -141,12 +143,16 @@ impl Checks {
     }
 }
 
-/// Reads one cell of the column at `index` (as the file has it, an export's defusing undone);
-/// `places` are the minor unit's places of a money cell, by its row's currency.
+/// Reads one cell of a CSV's column at `index` (as the file has it, an export's defusing
+/// undone); `places` are the minor unit's places of a money cell, by its row's currency.
 pub fn read_cell(dataset: &Dataset, checks: &Checks, index: usize, raw: &str, places: u32) -> Result<Value, Problem> {
+    read_value(dataset, checks, index, undefuse(raw), places)
+}
+
+/// Reads one cell of the column at `index` as it is.
+fn read_value(dataset: &Dataset, checks: &Checks, index: usize, cell: &str, places: u32) -> Result<Value, Problem> {
     let column = &dataset.columns[index];
     let name = column.name.as_str();
-    let cell = undefuse(raw);
     if has_control(cell) {
         return Err(Problem::new(name, "control_character", "a control character other than tab, CR or LF"));
     }
@@ -262,18 +268,72 @@ pub fn read_record(dataset: &Dataset, checks: &Checks, header: &Header, cells: &
         let Some(index) = header.slots[position] else { continue };
         let places = match &dataset.columns[index].ty {
             ColumnType::Money { currency: Some(currency) } => {
-                let code = header.slots.iter().position(|s| s.is_some_and(|c| dataset.columns[c].name == *currency)).map(|p| undefuse(&cells[p]).trim());
+                let code = header.slots.iter().position(|s| s.is_some_and(|c| dataset.columns[c].name == *currency)).map(|p| as_stored(header, &cells[p]).trim());
                 currency_places(code.filter(|c| !c.is_empty()))
             }
             _ => 2,
         };
-        match read_cell(dataset, checks, index, &cells[position], places) {
+        match read_value(dataset, checks, index, as_stored(header, &cells[position]), places) {
             Ok(v) => values.push((index, v)),
             Err(p) => problems.push((position, p)),
         }
     }
     problems.sort_by_key(|(position, _)| *position);
     (values, problems.into_iter().map(|(_, p)| p).collect())
+}
+
+/// A cell's text as stored: a CSV's with the export's defusing undone.
+fn as_stored<'a>(header: &Header, cell: &'a str) -> &'a str {
+    if header.defused {
+        undefuse(cell)
+    } else {
+        cell
+    }
+}
+
+/// How a workbook's header cells name a dataset's columns (SPEC §14): by a column's name or by
+/// its English or Arabic title, perhaps followed by ` (zone)`, the zone its date-time cells are
+/// read in. A dataset's columns take the titles of the report columns of the same name (those an
+/// import ignores too), so a workbook exported in either language names them all.
+#[derive(Debug, Clone, Default)]
+pub struct Headings {
+    /// A title, lower-cased, and the name it gives.
+    titles: std::collections::HashMap<String, String>,
+}
+
+impl Headings {
+    /// The titles that name `dataset`'s columns in `catalog`.
+    pub fn of(catalog: &Catalog, dataset: &Dataset) -> Headings {
+        let mut titles = std::collections::HashMap::new();
+        let known = |name: &str| dataset.column(name).is_some() || dataset.ignore.iter().any(|i| i == name);
+        for column in catalog.reports.iter().flat_map(|r| &r.columns).filter(|c| known(&c.name)) {
+            for title in [&column.title.en, &column.title.ar].into_iter().flatten() {
+                titles.entry(title.trim().to_lowercase()).or_insert_with(|| column.name.clone());
+            }
+        }
+        Headings { titles }
+    }
+
+    /// The name a header cell gives (the cell itself when it names nothing, for the header's
+    /// own error), and the zone of its ` (zone)` suffix, if it has one.
+    pub fn read(&self, dataset: &Dataset, cell: &str) -> (String, Option<jiff::tz::TimeZone>) {
+        let cell = cell.trim();
+        let name_of = |text: &str| {
+            let text = text.trim();
+            let known = dataset.column(text).is_some() || dataset.ignore.iter().any(|i| i == text);
+            if known { Some(text.to_owned()) } else { self.titles.get(&text.to_lowercase()).cloned() }
+        };
+        if let Some(name) = name_of(cell) {
+            return (name, None);
+        }
+        let zoned = cell.strip_suffix(')').and_then(|rest| rest.rsplit_once(" ("));
+        if let Some((head, zone)) = zoned {
+            if let (Some(name), Ok(zone)) = (name_of(head), jiff::tz::TimeZone::get(zone)) {
+                return (name, Some(zone));
+            }
+        }
+        (cell.to_owned(), None)
+    }
 }
 
 #[cfg(test)]

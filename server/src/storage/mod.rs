@@ -803,7 +803,7 @@ pub fn manifest_key(tenant_id: &str, export_id: &str, sha256: &str) -> Path {
 /// The job id of a key under a kind's root (`exports/`, `imports/`): a file, a manifest, or a part.
 pub fn parse_artifact_key(key: &Path) -> Option<String> {
     let parts: Vec<_> = key.parts().collect();
-    let published = |file: &str| file.ends_with(".csv") || file.ends_with(".csv.gz") || file.ends_with(".json");
+    let published = |file: &str| crate::file_type::FileType::of_name(file).is_some() || file.ends_with(".json");
     let is_root = |root: &str| crate::job_store::kind::JobKind::ALL.iter().any(|k| k.artifact_root() == root);
     match parts.as_slice() {
         [root, _tenant, id, file] if is_root(root.as_ref()) && published(file.as_ref()) => Some(id.as_ref().to_owned()),

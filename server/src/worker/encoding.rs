@@ -44,14 +44,6 @@ impl Encoder {
     }
 }
 
-/// The extension of a file's name.
-pub fn extension(compression: Compression) -> &'static str {
-    match compression {
-        Compression::None => "csv",
-        Compression::Gzip => "csv.gz",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

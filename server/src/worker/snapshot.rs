@@ -3,20 +3,24 @@
 //! count runs beside the rows, in a second transaction that imports the first one's snapshot). The file shows
 //! the data as of the worker's snapshot, whatever changes meanwhile.
 //!
-//! A producer reads the snapshot and writes CSV chunks into a bounded channel; the attempt hashes
-//! and uploads them as they come, so reading and uploading overlap and memory stays flat. Each
-//! backend reads the way its database is fastest at:
+//! A producer reads the snapshot and writes the file's chunks into a bounded channel; the attempt
+//! hashes and uploads them as they come, so reading and uploading overlap and memory stays flat
+//! (a workbook's rows wait in temporary files, and its package comes at the end). Each backend
+//! reads the way its database is fastest at:
 //! - PostgreSQL: `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY` (without JIT), then the rows as
 //!   `COPY (SELECT …) TO STDOUT (FORMAT binary)` — the database's own dump path, with no
-//!   formatting on the server — decoded here into CSV.
+//!   formatting on the server — decoded here.
 //! - SQLite: one read transaction on a read-only connection of its own (rusqlite, in a blocking
 //!   thread), stepping the statement and writing each row as it comes.
 //!
-//! Both write every cell through [`CsvEncoder`], so defusing, money and instants follow one rule.
+//! Both write every cell through one [`RowEncoder`] (CSV or XLSX), so what each type becomes in
+//! a file follows one rule per format.
 
 use crate::catalog::{ColumnType, Filter, FilterTest, FilterValue, Report, TimeUnit};
 use crate::csv_cells::CsvEncoder;
-use app::{ExportRequest, ResolvedContract};
+use crate::row_encoder::RowEncoder;
+use crate::xlsx_cells::{Kind, Layout, XlsxEncoder};
+use app::{ExportRequest, FileFormat, FileLanguage, ResolvedContract};
 use bytes::{Buf, BytesMut};
 use futures::StreamExt;
 use sea_orm::sqlx;
@@ -48,8 +52,12 @@ pub async fn worker_pools(url: &str, source_url: &str, concurrency: usize, snaps
     Ok((control, snapshots))
 }
 
-/// Bytes of CSV gathered before a chunk is handed over.
+/// Bytes of a file gathered before a chunk is handed over.
 pub const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Rows after which a producer reports its progress even when no bytes are ready (a workbook's
+/// rows wait in its temporary files until the end).
+const PROGRESS_ROWS: i64 = 16 * 1024;
 
 /// Chunks in flight between the producer and the upload.
 const CHUNKS_IN_FLIGHT: usize = 4;
@@ -59,7 +67,7 @@ const CHUNKS_IN_FLIGHT: usize = 4;
 pub enum Produced {
     /// The snapshot's row count (on PostgreSQL it may come after the first rows).
     Counted(i64),
-    /// CSV bytes, and the data rows written so far.
+    /// The file's bytes (perhaps none, for progress alone), and the data rows written so far.
     Chunk(Vec<u8>, i64),
     /// A part's read is complete: its first and last keys (none for a part with no rows) and
     /// the moment its snapshot shows, epoch milliseconds by the database's clock.
@@ -90,8 +98,8 @@ pub enum SnapshotError {
     /// The rows were not what the registry says.
     #[error("unexpected data: {0}")]
     Data(String),
-    /// Writing CSV failed.
-    #[error("writing CSV: {0}")]
+    /// Writing the file failed.
+    #[error("writing the file: {0}")]
     Write(std::io::Error),
 }
 
@@ -147,6 +155,18 @@ pub enum Read {
     Boolean,
 }
 
+/// The file a plan's rows are written as.
+#[derive(Debug, Clone)]
+pub enum FileShape {
+    /// CSV, perhaps with a byte order mark.
+    Csv {
+        /// Whether the file starts with a UTF-8 byte order mark.
+        bom: bool,
+    },
+    /// An XLSX workbook.
+    Xlsx(Layout),
+}
+
 /// One of the file's columns.
 #[derive(Debug, Clone)]
 pub struct Cell {
@@ -164,8 +184,8 @@ pub struct Cell {
 pub struct Plan {
     /// The file's columns, in order.
     pub columns: Vec<Cell>,
-    /// Whether the file starts with a UTF-8 byte order mark.
-    pub bom: bool,
+    /// The file they are written as.
+    pub file: FileShape,
     backend: DbBackend,
     /// The select list: the file's columns, then the currencies of its money columns.
     select: Vec<String>,
@@ -300,7 +320,20 @@ impl Plan {
             conditions.push(filter_condition(backend, filter, value, &mut params)?);
         }
         let count_from = counted_from(&report.from, &conditions);
-        Ok(Plan { columns, bom: request.options.bom, backend, select, from: report.from.clone(), count_from, conditions, key: report.key.clone(), part: None, params })
+        let file = match request.format {
+            FileFormat::Csv => FileShape::Csv { bom: request.options.bom },
+            FileFormat::Xlsx => FileShape::Xlsx(layout(report, &columns, request.options.language, &resolved.timezone)?),
+        };
+        Ok(Plan { columns, file, backend, select, from: report.from.clone(), count_from, conditions, key: report.key.clone(), part: None, params })
+    }
+
+    /// The plan with its workbook's creation time set to `accepted` (the operation's acceptance),
+    /// so the same rows give the same bytes.
+    pub fn accepted_at(mut self, accepted: jiff::Timestamp) -> Plan {
+        if let FileShape::Xlsx(layout) = &mut self.file {
+            layout.created = accepted;
+        }
+        self
     }
 
     /// The plan of one part: the same rows, in `range`, each with its key after the file's
@@ -385,10 +418,32 @@ impl Plan {
         &self.params
     }
 
-    fn encoder(&self) -> Result<CsvEncoder, SnapshotError> {
+    fn csv(&self, bom: bool) -> Result<CsvEncoder, SnapshotError> {
         let header: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
-        Ok(CsvEncoder::new(self.bom, &header)?)
+        Ok(CsvEncoder::new(bom, &header)?)
     }
+}
+
+/// A workbook's layout for `columns` of `report`: titles in `language` (a date-time's with the
+/// zone it is shown in), their number formats, the sheets' direction.
+fn layout(report: &Report, columns: &[Cell], language: FileLanguage, timezone: &str) -> Result<Layout, String> {
+    let zone = jiff::tz::TimeZone::get(timezone).map_err(|e| format!("timezone {timezone:?}: {e}"))?;
+    let mut titles = Vec::with_capacity(columns.len());
+    let mut kinds = Vec::with_capacity(columns.len());
+    for cell in columns {
+        let column = report.column(&cell.name).ok_or_else(|| format!("{} has no column {:?}", report.name, cell.name))?;
+        let title = column.title.in_language(language.code(), &column.name);
+        let kind = match cell.read {
+            Read::Text | Read::Integer | Read::Boolean => Kind::Plain,
+            Read::Decimal(scale) => Kind::Decimal(scale),
+            Read::Money(_) => Kind::Money,
+            Read::Date => Kind::Date,
+            Read::Instant | Read::InstantMs => Kind::DateTime,
+        };
+        titles.push(if kind == Kind::DateTime { Layout::zoned_title(title, timezone) } else { title.to_owned() });
+        kinds.push(kind);
+    }
+    Ok(Layout { titles, kinds, report: report.name.clone(), right_to_left: language == FileLanguage::Ar, zone, created: jiff::Timestamp::UNIX_EPOCH })
 }
 
 /// The `FROM` clause a count of the report's rows needs: its first table alone when every join
@@ -712,30 +767,71 @@ impl From<Stopped> for SnapshotError {
     }
 }
 
-/// Writes rows into `csv` and sets a chunk aside whenever it is full, for the producer to send.
-struct Chunker {
-    csv: CsvEncoder,
+/// Writes rows into `file` and sets a chunk aside whenever it is full (or, with nothing ready,
+/// every [`PROGRESS_ROWS`] rows), for the producer to send.
+struct Chunker<W> {
+    file: W,
     rows: i64,
     ready: Vec<Produced>,
 }
 
-impl Chunker {
-    fn new(plan: &Plan) -> Result<Chunker, SnapshotError> {
-        Ok(Chunker { csv: plan.encoder()?, rows: 0, ready: Vec::new() })
+impl<W: RowEncoder> Chunker<W> {
+    fn new(file: W) -> Chunker<W> {
+        Chunker { file, rows: 0, ready: Vec::new() }
     }
 
     fn row_done(&mut self) -> Result<(), SnapshotError> {
-        self.csv.end_row()?;
+        self.file.end_row()?;
         self.rows += 1;
-        if self.csv.buffered() >= CHUNK_BYTES {
-            self.flush()?;
+        if self.file.buffered() >= CHUNK_BYTES || self.rows % PROGRESS_ROWS == 0 {
+            let chunk = self.file.take()?;
+            self.ready.push(Produced::Chunk(chunk, self.rows));
         }
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), SnapshotError> {
-        let chunk = self.csv.take()?;
-        self.ready.push(Produced::Chunk(chunk, self.rows));
+    /// Ends the file: its last bytes, sent in chunks as they come. Runs on a blocking thread (a
+    /// workbook's package is written here, a deflate of all its rows).
+    fn finish(self, tx: &mpsc::Sender<Produced>) -> Result<(), SnapshotError> {
+        for chunk in self.ready {
+            tx.blocking_send(chunk).map_err(|_| Stopped)?;
+        }
+        let mut out = ChunkSender { tx, rows: self.rows, buf: Vec::with_capacity(CHUNK_BYTES) };
+        match self.file.finish(&mut out) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Err(SnapshotError::Stopped),
+            other => other?,
+        }
+        out.send()
+    }
+}
+
+/// The bytes of a file's end, sent as chunks of [`CHUNK_BYTES`] from a blocking thread.
+struct ChunkSender<'a> {
+    tx: &'a mpsc::Sender<Produced>,
+    rows: i64,
+    buf: Vec<u8>,
+}
+
+impl ChunkSender<'_> {
+    fn send(&mut self) -> Result<(), SnapshotError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK_BYTES));
+        self.tx.blocking_send(Produced::Chunk(chunk, self.rows)).map_err(|_| SnapshotError::Stopped)
+    }
+}
+
+impl std::io::Write for ChunkSender<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= CHUNK_BYTES {
+            self.send().map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the attempt stopped reading"))?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -787,7 +883,34 @@ async fn read_postgres(
         }
         None => (plan.rows_sql(), true),
     };
-    let mut out = Chunker::new(&plan)?;
+    let copied = match &plan.file {
+        FileShape::Csv { bom } => copy_rows(conn, &plan, &rows_sql, (read_at, last), Chunker::new(plan.csv(*bom)?), &tx, counting).await?.finisher(),
+        FileShape::Xlsx(layout) => copy_rows(conn, &plan, &rows_sql, (read_at, last), Chunker::new(XlsxEncoder::new(layout.clone())?), &tx, counting).await?.finisher(),
+    };
+    tokio::task::spawn_blocking(move || copied(&tx)).await.map_err(|e| SnapshotError::Database(format!("the file's end was not written: {e}")))?
+}
+
+/// A file whose rows are all written: what ends it, on a blocking thread.
+type Finisher = Box<dyn FnOnce(&mpsc::Sender<Produced>) -> Result<(), SnapshotError> + Send>;
+
+impl<W: RowEncoder> Chunker<W> {
+    fn finisher(self) -> Finisher {
+        Box::new(move |tx| self.finish(tx))
+    }
+}
+
+/// Copies the rows of `rows_sql` in the snapshot `conn` holds into `out`, sends the part's keys
+/// (with `part`: the moment its snapshot shows, and whether it is the last), waits for the count
+/// and ends the snapshot; the file's end is left to the caller.
+async fn copy_rows<W: RowEncoder>(
+    mut conn: sqlx::Transaction<'_, sqlx::Postgres>,
+    plan: &Plan,
+    rows_sql: &str,
+    (read_at, last): (Option<i64>, bool),
+    mut out: Chunker<W>,
+    tx: &mpsc::Sender<Produced>,
+    mut counting: tokio::task::JoinSet<Result<(), SnapshotError>>,
+) -> Result<Chunker<W>, SnapshotError> {
     let mut decoder = CopyBinary::default();
     let mut keys = Keys::default();
     {
@@ -799,7 +922,7 @@ async fn read_postgres(
             tokio::task::coop::consume_budget().await;
             decoder.feed(&message?);
             while let Some(tuple) = decoder.next_tuple()? {
-                write_fields(&plan.columns, plan.extra_fields(), &tuple, &mut out.csv)?;
+                write_fields(&plan.columns, plan.extra_fields(), &tuple, &mut out.file)?;
                 if plan.part.is_some() {
                     keys.saw(key_field(&tuple, plan.select.len() - 1)?);
                 }
@@ -813,10 +936,6 @@ async fn read_postgres(
     if !decoder.finished() {
         return Err(SnapshotError::Database("the COPY stream ended before its trailer".into()));
     }
-    out.flush()?;
-    for chunk in out.ready.drain(..) {
-        tx.send(chunk).await.map_err(|_| Stopped)?;
-    }
     if let Some(read_at) = read_at {
         tx.send(keys.part(read_at, last)).await.map_err(|_| Stopped)?;
     }
@@ -825,7 +944,7 @@ async fn read_postgres(
         counted.map_err(|e| SnapshotError::Database(format!("the count stopped: {e}")))??;
     }
     conn.commit().await?;
-    Ok(())
+    Ok(out)
 }
 
 /// Makes the transaction just begun on `conn` a read-only REPEATABLE READ one, in the snapshot
@@ -908,7 +1027,7 @@ fn key_field(tuple: &Tuple<'_>, at: usize) -> Result<i64, SnapshotError> {
 
 /// Writes a row's fields (PostgreSQL's binary forms of the plan's casts) as the file's columns;
 /// `extra` fields follow them (currencies, a part's key). NULL is an empty cell.
-fn write_fields(columns: &[Cell], extra: usize, tuple: &Tuple<'_>, csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
+fn write_fields(columns: &[Cell], extra: usize, tuple: &Tuple<'_>, csv: &mut impl RowEncoder) -> Result<(), SnapshotError> {
     if tuple.len() != columns.len() + extra {
         return Err(SnapshotError::Data(format!("{} fields for {} columns", tuple.len(), columns.len())));
     }
@@ -923,7 +1042,7 @@ fn write_fields(columns: &[Cell], extra: usize, tuple: &Tuple<'_>, csv: &mut Csv
         match column.read {
             Read::Text => csv.text(std::str::from_utf8(bytes).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
             Read::Integer => csv.integer(int8()?)?,
-            Read::Decimal(_) => csv.number(std::str::from_utf8(bytes).map_err(|e| SnapshotError::Data(e.to_string()))?)?,
+            Read::Decimal(scale) => csv.decimal(std::str::from_utf8(bytes).map_err(|e| SnapshotError::Data(e.to_string()))?, scale)?,
             Read::Money(currency) => {
                 let currency = match currency.and_then(|at| tuple.field(at)) {
                     Some(code) => Some(utf8(code)?),
@@ -954,7 +1073,7 @@ fn pg_date(days: i32) -> Option<jiff::civil::Date> {
 
 /// Writes one SQLite value as the column `cell`; SQLite's columns hold any type, so each is read
 /// from the storage classes that can carry it. NULL is an empty cell.
-fn write_sqlite(cell: &Cell, value: rusqlite::types::ValueRef<'_>, currency: Option<rusqlite::types::ValueRef<'_>>, csv: &mut CsvEncoder) -> Result<(), SnapshotError> {
+fn write_sqlite(cell: &Cell, value: rusqlite::types::ValueRef<'_>, currency: Option<rusqlite::types::ValueRef<'_>>, csv: &mut impl RowEncoder) -> Result<(), SnapshotError> {
     use rusqlite::types::ValueRef;
     let text = |t: &[u8]| std::str::from_utf8(t).map(str::to_owned).map_err(|e| SnapshotError::Data(e.to_string()));
     let wrong = |v: ValueRef<'_>| SnapshotError::Data(format!("{} holds {:?}, not its type", cell.name, v.data_type()));
@@ -972,7 +1091,7 @@ fn write_sqlite(cell: &Cell, value: rusqlite::types::ValueRef<'_>, currency: Opt
                 ValueRef::Text(t) => text(t)?,
                 other => return Err(wrong(other)),
             };
-            csv.number(&crate::csv_cells::decimal(&digits, scale).ok_or_else(|| SnapshotError::Data(format!("{}: {digits:?} is not a number", cell.name)))?)?
+            csv.decimal(&crate::csv_cells::decimal(&digits, scale).ok_or_else(|| SnapshotError::Data(format!("{}: {digits:?} is not a number", cell.name)))?, scale)?
         }
         (Read::Money(_), ValueRef::Integer(n)) => {
             let code = match currency {
@@ -1133,9 +1252,25 @@ fn produce_sqlite(
         Some(range) => (plan.part_rows_sql(range.max_key), Some(range.max_key)),
         None => (plan.rows_sql(), None),
     };
-    let mut out = Chunker::new(plan)?;
+    let read = (rows_sql.as_str(), read_at, max_key);
+    match &plan.file {
+        FileShape::Csv { bom } => step_rows(&conn, plan, read, Chunker::new(plan.csv(*bom)?), tx)?.finish(tx),
+        FileShape::Xlsx(layout) => step_rows(&conn, plan, read, Chunker::new(XlsxEncoder::new(layout.clone())?), tx)?.finish(tx),
+    }
+}
+
+/// Steps the rows of `rows_sql` in the read transaction `conn` holds into `out`, sends the
+/// part's keys (with `read_at`: the moment its snapshot shows; `max_key`: the export's highest)
+/// and ends the transaction; the file's end is left to the caller.
+fn step_rows<W: RowEncoder>(
+    conn: &rusqlite::Connection,
+    plan: &Plan,
+    (rows_sql, read_at, max_key): (&str, Option<i64>, Option<i64>),
+    mut out: Chunker<W>,
+    tx: &mpsc::Sender<Produced>,
+) -> Result<Chunker<W>, SnapshotError> {
     let mut keys = Keys::default();
-    let mut statement = conn.prepare(&rows_sql)?;
+    let mut statement = conn.prepare(rows_sql)?;
     bind_sqlite(&mut statement, plan.params())?;
     let mut rows = statement.raw_query();
     while let Some(row) = rows.next()? {
@@ -1144,7 +1279,7 @@ fn produce_sqlite(
                 Read::Money(Some(at)) => Some(row.get_ref(at)?),
                 _ => None,
             };
-            write_sqlite(column, row.get_ref(i)?, currency, &mut out.csv)?;
+            write_sqlite(column, row.get_ref(i)?, currency, &mut out.file)?;
         }
         if plan.part.is_some() {
             keys.saw(row.get::<_, i64>(plan.select.len() - 1)?);
@@ -1154,10 +1289,6 @@ fn produce_sqlite(
             tx.blocking_send(chunk).map_err(|_| Stopped)?;
         }
     }
-    out.flush()?;
-    for chunk in out.ready.drain(..) {
-        tx.blocking_send(chunk).map_err(|_| Stopped)?;
-    }
     if let Some(read_at) = read_at {
         let limit = plan.part.map_or(0, |r| r.limit);
         let last = out.rows < limit as i64 || keys.last.is_none() || keys.last >= max_key;
@@ -1166,7 +1297,7 @@ fn produce_sqlite(
     drop(rows);
     drop(statement);
     conn.execute_batch("COMMIT")?;
-    Ok(())
+    Ok(out)
 }
 
 /// Binds the plan's values to a SQLite statement, by name (`exportd.f_x` is `:f_x`).

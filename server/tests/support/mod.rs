@@ -8,6 +8,7 @@ pub mod imports;
 pub mod procs;
 pub mod provider;
 pub mod s3;
+pub mod spreadsheets;
 
 use exportd::clock::{Clock, SharedClock, SystemClock};
 use exportd::config::{Config, WorkerConfig};

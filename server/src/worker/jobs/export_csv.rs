@@ -12,8 +12,8 @@ use crate::exports::view::{request_of, resolved_of};
 use crate::job_store::authority::Permission;
 use crate::job_store::transitions::{self, Artifact};
 use crate::storage::{artifact_key, staging_key};
-use crate::worker::encoding::extension;
-use app::{Compression, Consistency};
+use crate::file_type::FileType;
+use app::Consistency;
 use crate::worker::snapshot::Plan;
 use crate::worker::WorkerContext;
 use super::attempt::{begin, end, Stop};
@@ -62,18 +62,19 @@ impl Attempt<'_> {
         let permission = Permission::Export { needs_pii, roles: report.roles };
         self.authorised(permission).await?;
         let source_id = tenant_source_id(&self.ctx.db, &job.tenant_id).await.map_err(Stop::internal)?;
-        let plan = Plan::new(report, &request, &resolved, &source_id, self.ctx.snapshots.backend()).map_err(Stop::internal)?;
+        let accepted = jiff::Timestamp::from_millisecond(job.created_at).map_err(Stop::internal)?;
+        let plan = Plan::new(report, &request, &resolved, &source_id, self.ctx.snapshots.backend()).map_err(Stop::internal)?.accepted_at(accepted);
         match request.consistency {
-            Consistency::Snapshot => self.one_file(plan, permission, request.options.compression).await,
+            Consistency::Snapshot => self.one_file(plan, permission, &request).await,
             Consistency::Checkpointed => super::export_parts::run(self, plan, permission, &request, &resolved).await,
         }
     }
 
     /// A whole export as one file, in one snapshot (SPEC §5 steps 4–8).
-    async fn one_file(&self, plan: Plan, permission: Permission, compression: Compression) -> Result<Box<jobs::Model>, Stop> {
+    async fn one_file(&self, plan: Plan, permission: Permission, request: &app::ExportRequest) -> Result<Box<jobs::Model>, Stop> {
         let job = self.job;
         let started = std::time::Instant::now();
-        let staged = self.stage(plan, self.staging, compression, 0).await?;
+        let staged = self.stage(plan, self.staging, request.options.compression, 0).await?;
         let total = staged.counted.ok_or_else(|| Stop::internal("the snapshot was never counted"))?;
         if staged.rows != total {
             return Err(Stop::invalid_data(format!("wrote {} rows but the snapshot counted {total}", staged.rows)));
@@ -87,7 +88,7 @@ impl Attempt<'_> {
         // The fence: still ours and still authorised, checked by the database right before the copy.
         transitions::fence(&self.ctx.db, job, self.ctx.config.lease, self.fenced_authority(permission).await?).await.map_err(Stop::internal)?.map_err(Stop::refused)?;
         self.fault("before_publish")?;
-        let key = artifact_key(&job.tenant_id, &job.id, &staged.sha256, extension(compression));
+        let key = artifact_key(&job.tenant_id, &job.id, &staged.sha256, FileType::of(request).extension());
         self.publish(self.staging, &key).await?;
         self.fault("after_publish")?;
 

@@ -20,7 +20,7 @@ use crate::job_store::checkpoints;
 use crate::job_store::transitions::{self, Artifact};
 use crate::job_store::Mover;
 use crate::storage::{manifest_key, part_key, staging_part_key};
-use crate::worker::encoding::extension;
+use crate::file_type::FileType;
 use crate::worker::snapshot::{self, KeyRange, Plan};
 use app::{ExportRequest, ResolvedContract};
 use sha2::{Digest, Sha256};
@@ -38,7 +38,7 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
     if !parts.is_empty() {
         tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, parts = parts.len(), "resuming after the last checkpointed part");
     }
-    let compression = request.options.compression;
+    let (compression, file) = (request.options.compression, FileType::of(request));
     // Two steps at once: part n+1 is read from the database while part n is checked, published,
     // made durable and checkpointed, so the database never waits for the store. Checkpoints stay
     // in order: part n+1 is checkpointed only after part n, in the next round.
@@ -68,7 +68,7 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
         };
         let finish = async {
             match pending.take() {
-                Some(part) => finish_part(a, part, rows_done, compression).await.map(Some),
+                Some(part) => finish_part(a, part, rows_done, file).await.map(Some),
                 None => Ok(None),
             }
         };
@@ -129,13 +129,13 @@ struct StagedPart {
 /// Checks a staged part, publishes it under its immutable key, makes it durable and
 /// checkpoints it (`rows_done`: the rows of the parts checkpointed before it); then deletes its
 /// staging object.
-async fn finish_part(a: &Attempt<'_>, part: StagedPart, rows_done: i64, compression: app::Compression) -> Result<PartRecord, Stop> {
+async fn finish_part(a: &Attempt<'_>, part: StagedPart, rows_done: i64, file: FileType) -> Result<PartRecord, Stop> {
     let job = a.job;
     let started = std::time::Instant::now();
     let StagedPart { index, staging, staged, read, read_ms } = part;
     a.validate(&staged, &staging).await?;
     let validated = started.elapsed();
-    let key = part_key(&job.tenant_id, &job.id, index, job.generation, &staged.sha256, extension(compression));
+    let key = part_key(&job.tenant_id, &job.id, index, job.generation, &staged.sha256, file.extension());
     a.publish(&staging, &key).await?;
     let published = started.elapsed();
     let part = PartRecord {

@@ -148,7 +148,7 @@ impl Attempt<'_> {
     /// The file's rows by `dataset`'s header.
     fn rows(&self, dataset: &Arc<Dataset>) -> Result<Rows, Stop> {
         let resolved = resolved_of(self.job).map_err(Stop::internal)?;
-        Ok(import_file::rows(self.store, &resolved.object_key, dataset))
+        Ok(import_file::rows(self.store, &resolved.object_key, &import_file::Reading::of(self.ctx, dataset)))
     }
 
     /// Where the dataset's rows are written: the source, when it is a database apart from the
@@ -223,7 +223,8 @@ impl Attempt<'_> {
             Err(p) => return Ok(invalid_file(p)),
         };
         let staging = crate::storage::staging_part_key(&self.job.id, self.job.generation, VALIDATION_REPORT);
-        let mut report = import_report::ReportWriter::start(self.store, &staging).map_err(Stop::internal)?;
+        // The validation's report is read back only here, by record position (its line).
+        let mut report = import_report::ReportWriter::start(self.store, &staging, false).map_err(Stop::internal)?;
         let (mut rows_n, mut invalid, mut first) = (0i64, 0i64, Vec::new());
         let mut reader = self.rows(dataset)?;
         loop {
@@ -239,9 +240,9 @@ impl Attempt<'_> {
                     invalid += 1;
                     for p in &row.problems {
                         if first.len() < FIRST_ERRORS {
-                            first.push(RowError { line: row.record.line, column: p.column.clone(), code: p.code.to_string(), message: p.message.clone() });
+                            first.push(RowError { line: row.record.line, sheet: row.record.sheet_name().map(str::to_owned), column: p.column.clone(), code: p.code.to_string(), message: p.message.clone() });
                         }
-                        report.row(row.record.line, &p.column, &p.code, &p.message, &row.record.cells).await.map_err(Stop::storage)?;
+                        report.row(row.record.position(), None, &p.column, &p.code, &p.message, &row.record.cells).await.map_err(Stop::storage)?;
                     }
                 }
             }
@@ -289,7 +290,7 @@ impl Attempt<'_> {
                 if row.record.number <= state.last.last_record {
                     continue;
                 }
-                let known = invalid.take(row.record.line).await?;
+                let known = invalid.take(row.record.position()).await?;
                 if !known.is_empty() && row.problems.is_empty() {
                     row.problems.push(Problem::new("", "invalid", "invalid when the file was validated"));
                 }
@@ -518,7 +519,7 @@ fn invalid_file(p: Problem) -> Plan {
         rows: 0,
         valid: 0,
         invalid: 0,
-        first_errors: vec![RowError { line: 1, column: p.column, code: p.code.into_owned(), message: p.message }],
+        first_errors: vec![RowError { line: 1, sheet: None, column: p.column, code: p.code.into_owned(), message: p.message }],
         report: None,
         fails: Some(Failure::INVALID_FILE.code.to_owned()),
         batch_rows: None,

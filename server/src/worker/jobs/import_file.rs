@@ -1,11 +1,12 @@
 //! Reading an import's files on a blocking thread, a chunk at a time: the upload as records read
-//! by the dataset's header (RFC 4180, the line each record starts on counted, the record limit
-//! enforced while the bytes arrive, so no record longer than any valid one is ever held whole),
-//! and a report as its entries in line order. Each read of the store is bounded in time.
+//! by the dataset's header — a CSV (RFC 4180, the line each record starts on counted, the record
+//! limit enforced while the bytes arrive, so no record longer than any valid one is ever held
+//! whole) or an XLSX workbook, told apart by its first bytes (see [`super::import_workbook`]) —
+//! and a report as its entries in order. Each read of the store is bounded in time.
 
 use super::attempt::Stop;
 use crate::catalog::Dataset;
-use crate::imports::cells::{read_record, Checks, Header, Problem, Value};
+use crate::imports::cells::{read_record, Checks, Header, Headings, Problem, Value};
 use crate::job_store::transitions::Failure;
 use crate::storage::ExportStore;
 use futures::StreamExt;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Records handed from the parsing thread at a time.
-const CHUNK: usize = 512;
+pub(super) const CHUNK: usize = 512;
 
 /// The most bytes one record may take in the file. The longest valid record (every column of
 /// a dataset and every column an export adds, `notes` at 10,000 characters and every other
@@ -83,15 +84,49 @@ fn on_reader_thread<T: Send + 'static>(
     });
 }
 
-/// The records of the file at `key` in `store`, read by `dataset`'s header.
-pub(super) fn rows(store: &ExportStore, key: &str, dataset: &Arc<Dataset>) -> Rows {
+/// What reading an upload needs besides its bytes: its dataset, the titles that name the
+/// dataset's columns in a workbook, and the most a workbook may inflate to.
+#[derive(Clone)]
+pub(super) struct Reading {
+    pub(super) dataset: Arc<Dataset>,
+    pub(super) headings: Arc<Headings>,
+    pub(super) inflate_limit: u64,
+}
+
+impl Reading {
+    /// What a worker reads `dataset`'s uploads with: its catalog's titles, and a workbook's
+    /// limit of 20 times the largest upload.
+    pub(super) fn of(ctx: &crate::worker::WorkerContext, dataset: &Arc<Dataset>) -> Reading {
+        let headings = Arc::new(Headings::of(&ctx.config.catalog, dataset));
+        Reading { dataset: dataset.clone(), headings, inflate_limit: ctx.config.max_upload_bytes.saturating_mul(20) }
+    }
+}
+
+/// The records of the file at `key` in `store`, read by the dataset's header.
+pub(super) fn rows(store: &ExportStore, key: &str, reading: &Reading) -> Rows {
     let (tx, rx) = tokio::sync::mpsc::channel(2);
     let failed = |e: std::io::Error| {
         let code = if e.get_ref().is_some_and(|inner| inner.is::<FileGone>()) { FILE_GONE } else { "storage" };
         Err(Problem::new("", code, e.to_string()))
     };
-    on_reader_thread(store, key, tx, failed, |reader, tx| parse(reader, tx));
-    Rows { rx, header: None, checks: Checks::of(dataset), dataset: dataset.clone() }
+    let on_thread = reading.clone();
+    on_reader_thread(store, key, tx, failed, move |reader, tx| {
+        use std::io::Read as _;
+        let mut reader = reader;
+        match super::import_workbook::sniff(&mut reader) {
+            Ok((head, true)) => super::import_workbook::parse(head.chain(reader), &on_thread, tx),
+            Ok((head, false)) => parse(head.chain(reader), tx),
+            Err(e) => drop(tx.blocking_send(Err(Problem::new("", "storage", e.to_string())))),
+        }
+    });
+    Rows { rx, header: None, checks: Checks::of(&reading.dataset), dataset: reading.dataset.clone() }
+}
+
+/// Whether the file at `key` in `store` is a workbook (its first bytes are a ZIP's); a file that
+/// cannot be read counts as a CSV (its reading fails on its own).
+pub(super) async fn is_workbook(store: &ExportStore, key: &str) -> bool {
+    let first = tokio::time::timeout(STORE_READ_TIMEOUT, store.objects().get_range(&Path::from(key), 0..4)).await;
+    matches!(first, Ok(Ok(bytes)) if bytes.as_ref() == super::import_workbook::SIGNATURE)
 }
 
 /// One entry of a report: a record's line, and one of its problems.
@@ -149,7 +184,8 @@ impl Entries {
         Entries { rx: Some(rx), buffered: VecDeque::new() }
     }
 
-    /// The entries of `line`, passing over any before it: lines are asked for in order.
+    /// The entries of the record at `position` ([`Record::position`], which the validation's
+    /// report writes as its line), passing over any before it: positions are asked for in order.
     pub(super) async fn take(&mut self, line: i64) -> Result<Vec<Entry>, Stop> {
         let mut found = Vec::new();
         loop {
@@ -176,10 +212,36 @@ impl Entries {
 pub(super) struct Record {
     /// 1-based among the data records.
     pub(super) number: i64,
-    /// The physical line where it starts (the header is line 1).
+    /// The physical line where it starts (the header is line 1); in a workbook, its sheet's row.
     pub(super) line: i64,
-    /// Its cells.
+    /// In a workbook, its sheet.
+    pub(super) sheet: Option<Sheet>,
+    /// Its cells (a workbook's as text, read by their columns' types).
     pub(super) cells: Vec<String>,
+    /// What the reader found wrong with it (a workbook's cell holding an error).
+    pub(super) flagged: Vec<Problem>,
+}
+
+/// A sheet of a workbook.
+#[derive(Debug, Clone)]
+pub(super) struct Sheet {
+    /// Its place among the workbook's sheets, from 0.
+    pub(super) index: u32,
+    /// Its name.
+    pub(super) name: Arc<str>,
+}
+
+impl Record {
+    /// Where it is in the file, as one number that grows with every record: its line, after its
+    /// sheet's index. A CSV's is its line.
+    pub(super) fn position(&self) -> i64 {
+        (i64::from(self.sheet.as_ref().map_or(0, |s| s.index)) << 32) | self.line
+    }
+
+    /// Its sheet's name, in a workbook.
+    pub(super) fn sheet_name(&self) -> Option<&str> {
+        self.sheet.as_ref().map(|s| s.name.as_ref())
+    }
 }
 
 /// A record read by the header's rules.
@@ -220,8 +282,8 @@ impl Row {
 
 /// What reading the file gave: the header, then chunks of records, or a whole-file error.
 pub(super) enum Read {
-    /// The header row's cells.
-    Header(Vec<String>),
+    /// The header row's names, and whether they head a workbook's cells (not defused).
+    Header(Vec<String>, bool),
     /// Data records.
     Records(Vec<Record>),
 }
@@ -256,10 +318,13 @@ impl Rows {
                 });
             };
             match next {
-                Ok(Read::Header(names)) => {
+                Ok(Read::Header(names, workbook)) => {
                     let names: Vec<&str> = names.iter().map(String::as_str).collect();
                     match Header::read(&self.dataset, &names) {
-                        Ok(h) => self.header = Some(h),
+                        Ok(mut h) => {
+                            h.defused = !workbook;
+                            self.header = Some(h);
+                        }
                         Err(p) => return Ok(Next::Invalid(p)),
                     }
                 }
@@ -268,8 +333,9 @@ impl Rows {
                     return Ok(Next::Rows(
                         records
                             .into_iter()
-                            .map(|record| {
-                                let (values, problems) = read_record(&self.dataset, &self.checks, h, &record.cells);
+                            .map(|mut record| {
+                                let (values, mut problems) = read_record(&self.dataset, &self.checks, h, &record.cells);
+                                problems.append(&mut record.flagged);
                                 Row { record, values, problems }
                             })
                             .collect(),
@@ -332,13 +398,13 @@ fn parse_within(reader: impl std::io::Read, max_record: u64, tx: &tokio::sync::m
         }
         if first {
             first = false;
-            if tx.blocking_send(Ok(Read::Header(cells))).is_err() {
+            if tx.blocking_send(Ok(Read::Header(cells, false))).is_err() {
                 return;
             }
             continue;
         }
         number += 1;
-        chunk.push(Record { number, line, cells });
+        chunk.push(Record { number, line, sheet: None, cells, flagged: Vec::new() });
         if chunk.len() == CHUNK && tx.blocking_send(Ok(Read::Records(std::mem::take(&mut chunk)))).is_err() {
             return;
         }
@@ -516,7 +582,7 @@ mod tests {
         while let Ok(next) = rx.try_recv() {
             match next {
                 Ok(Read::Records(records)) => assert!(records.iter().all(|r| r.cells.iter().map(String::len).sum::<usize>() < 1 << 20), "no record of that size is handed on"),
-                Ok(Read::Header(_)) => {}
+                Ok(Read::Header(..)) => {}
                 Err(p) => failed = Some(p.code),
             }
         }

@@ -47,10 +47,13 @@ pub(super) async fn write(ctx: &WorkerContext, store: &ExportStore, job: &jobs::
     let stored = jobs::Entity::find_by_id(job.id.clone()).one(&ctx.db).await.map_err(Stop::internal)?;
     let plan = plan_of(stored.as_ref().unwrap_or(job)).map_err(Stop::internal)?;
     let staging = staging_part_key(&job.id, job.generation, FINAL_REPORT);
-    let mut report = ReportWriter::start(store, &staging).map_err(Stop::internal)?;
+    let resolved = resolved_of(job).map_err(Stop::internal)?;
+    // A workbook's report names each record's sheet.
+    let sheets = import_file::is_workbook(store, &resolved.object_key).await;
+    let mut report = ReportWriter::start(store, &staging, sheets).map_err(Stop::internal)?;
     if let Some(plan) = plan.as_ref().filter(|p| p.fails.as_deref() == Some(Failure::INVALID_FILE.code)) {
         for e in &plan.first_errors {
-            report.row(e.line, &e.column, &e.code, &e.message, &[]).await.map_err(Stop::storage)?;
+            report.row(e.line, e.sheet.as_deref(), &e.column, &e.code, &e.message, &[]).await.map_err(Stop::storage)?;
         }
         return report.finish(store, &job.tenant_id, &job.id, &staging).await.map_err(Stop::storage);
     }
@@ -79,37 +82,36 @@ pub(super) async fn write(ctx: &WorkerContext, store: &ExportStore, job: &jobs::
         return report.finish(store, &job.tenant_id, &job.id, &staging).await.map_err(Stop::storage);
     }
     let mut validation = validation.map(|file| Entries::open(store, &file.key)).unwrap_or_else(Entries::none);
-    let resolved = resolved_of(job).map_err(Stop::internal)?;
-    let mut rows = import_file::rows(store, &resolved.object_key, &dataset);
+    let mut rows = import_file::rows(store, &resolved.object_key, &import_file::Reading::of(ctx, &dataset));
     loop {
         let chunk = match rows.next().await {
             Ok(Next::Rows(chunk)) => chunk,
             Ok(Next::End) => break,
             Ok(Next::Invalid(p)) => {
-                report.row(1, &p.column, &p.code, &p.message, &[]).await.map_err(Stop::storage)?;
+                report.row(1, None, &p.column, &p.code, &p.message, &[]).await.map_err(Stop::storage)?;
                 break;
             }
             Err(Stop::Failed { failure, .. }) if failure == Failure::UPLOAD_EXPIRED => {
                 let through = applied_through.unwrap_or(0);
                 let message = format!("the uploaded file is no longer kept, so its rows cannot be listed: no record after record {through} was applied");
-                report.row(1, "", Failure::UPLOAD_EXPIRED.code, &message, &[]).await.map_err(Stop::storage)?;
+                report.row(1, None, "", Failure::UPLOAD_EXPIRED.code, &message, &[]).await.map_err(Stop::storage)?;
                 break;
             }
             Err(other) => return Err(other),
         };
         for row in chunk {
-            let line = row.record.line;
+            let (line, sheet) = (row.record.line, row.record.sheet_name());
             let mut listed = false;
-            for e in validation.take(line).await? {
-                report.row(line, &e.column, &e.code, &e.message, &row.record.cells).await.map_err(Stop::storage)?;
+            for e in validation.take(row.record.position()).await? {
+                report.row(line, sheet, &e.column, &e.code, &e.message, &row.record.cells).await.map_err(Stop::storage)?;
                 listed = true;
             }
             for r in refusals.take(row.record.number).await? {
-                report.row(line, "", "refused", &r.message, &row.record.cells).await.map_err(Stop::storage)?;
+                report.row(line, sheet, "", "refused", &r.message, &row.record.cells).await.map_err(Stop::storage)?;
                 listed = true;
             }
             if applied_through.is_some_and(|through| !listed && row.record.number > through) {
-                report.row(line, "", "not_applied", "this row was not applied", &row.record.cells).await.map_err(Stop::storage)?;
+                report.row(line, sheet, "", "not_applied", "this row was not applied", &row.record.cells).await.map_err(Stop::storage)?;
             }
         }
     }
@@ -236,10 +238,12 @@ impl Refusals<'_> {
     }
 }
 
-/// A report file written as it goes: `line, column, code, message`, then the record's cells,
-/// defused; published content-addressed under `imports/`.
+/// A report file written as it goes: `line, column, code, message` (and for a workbook `sheet`),
+/// then the record's cells, defused; published content-addressed under `imports/`.
 pub(super) struct ReportWriter {
     upload: StagingUpload,
+    /// Whether it has the `sheet` column.
+    sheets: bool,
     buffer: Vec<u8>,
     hasher: Sha256,
     bytes: i64,
@@ -247,10 +251,12 @@ pub(super) struct ReportWriter {
 }
 
 impl ReportWriter {
-    /// A report staged at `staging`, its header written.
-    pub(super) fn start(store: &ExportStore, staging: &Path) -> std::io::Result<ReportWriter> {
-        let mut w = ReportWriter { upload: store.stage(staging, Arc::new(|| {})), buffer: Vec::new(), hasher: Sha256::new(), bytes: 0, rows: 0 };
-        w.record(&["line", "column", "code", "message"], &[])?;
+    /// A report staged at `staging`, its header written (with `sheets`, a `sheet` column after
+    /// `message`, so the first four columns are every report's).
+    pub(super) fn start(store: &ExportStore, staging: &Path, sheets: bool) -> std::io::Result<ReportWriter> {
+        let mut w = ReportWriter { upload: store.stage(staging, Arc::new(|| {})), sheets, buffer: Vec::new(), hasher: Sha256::new(), bytes: 0, rows: 0 };
+        let head: &[&str] = if sheets { &["line", "column", "code", "message", "sheet"] } else { &["line", "column", "code", "message"] };
+        w.record(head, &[])?;
         Ok(w)
     }
 
@@ -265,10 +271,14 @@ impl ReportWriter {
         Ok(())
     }
 
-    /// One entry: a record's line, a problem, and the record's cells.
-    pub(super) async fn row(&mut self, line: i64, column: &str, code: &str, message: &str, cells: &[String]) -> Result<(), object_store::Error> {
+    /// One entry: a record's line (and sheet), a problem, and the record's cells.
+    pub(super) async fn row(&mut self, line: i64, sheet: Option<&str>, column: &str, code: &str, message: &str, cells: &[String]) -> Result<(), object_store::Error> {
         let line = line.to_string();
-        self.record(&[&line, column, code, message], cells).map_err(|e| object_store::Error::Generic { store: "report", source: Box::new(e) })?;
+        let written = match self.sheets {
+            true => self.record(&[&line, column, code, message, sheet.unwrap_or("")], cells),
+            false => self.record(&[&line, column, code, message], cells),
+        };
+        written.map_err(|e| object_store::Error::Generic { store: "report", source: Box::new(e) })?;
         self.rows += 1;
         if self.buffer.len() >= 256 * 1024 {
             let chunk = std::mem::take(&mut self.buffer);

@@ -13,6 +13,7 @@ pub mod export_csv;
 pub mod export_parts;
 pub mod import_csv;
 mod import_file;
+mod import_workbook;
 pub mod import_writes;
 pub mod import_report;
 
