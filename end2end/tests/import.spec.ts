@@ -175,6 +175,39 @@ test('a file whose rows have errors checked under abort ends failed with nothing
   await shot(page, 'import-failed');
 });
 
+test('an Excel export chosen on the page downloads as a workbook in the page\'s language and, chosen back in the file picker, checks with every row unchanged', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page, ALICE);
+  await page.locator('select[name=report]').selectOption('customers');
+  await page.locator('select[name=range]').selectOption('custom');
+  await page.locator('input[name=from]').fill('2020-01-01');
+  await page.locator('input[name=to]').fill(new Date(Date.now() + 86_400_000).toISOString().slice(0, 10));
+  await page.locator('select[name=format]').selectOption('xlsx');
+  await expect(page.locator('input[name=bom]')).toBeDisabled();
+  await expect(page.locator('input[name=compression]')).toBeDisabled();
+  await page.getByTestId('export').click();
+  await expect(page.getByTestId('status')).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
+  const [op] = await query<{ id: string; request: string; artifact_rows: string }>(
+    "SELECT j.id, j.request, j.artifact_rows FROM jobs j JOIN users u ON u.id = j.actor_id WHERE u.email = $1 AND j.kind = 'export' AND j.created_at >= $2", [ALICE, t0]);
+  const request = JSON.parse(op.request);
+  expect(request.format).toBe('xlsx');
+  expect(request.options.language ?? 'en').toBe(lang());
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download').click()]);
+  expect(download.suggestedFilename()).toBe(`customers-${op.id}.xlsx`);
+  const workbook = readFileSync((await download.path())!);
+  expect(workbook.subarray(0, 4).toString('binary')).toBe('PK\x03\x04');
+
+  await page.getByTestId('import-dataset').selectOption('customers');
+  await page.getByTestId('import-file').setInputFiles({ name: 'customers.xlsx', mimeType: 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet', buffer: workbook });
+  await expect(page.getByTestId('upload-chosen')).toBeVisible({ timeout: 30_000 });
+  await page.getByTestId('check-file').click();
+  await expect(importStatus(page)).toHaveAttribute('data-state', 'ready', { timeout: 60_000 });
+  const rows = Number(op.artifact_rows);
+  expect(rows).toBeGreaterThan(0);
+  expect(await count(page, 'rows')).toBe(rows);
+  expect(await count(page, 'unchanged')).toBe(rows);
+});
+
 test('users who may not import see no import section', async ({ page }) => {
   await signIn(page, 'bob@acme.test');
   await expect(page.getByTestId('export')).toBeVisible();
