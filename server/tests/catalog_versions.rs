@@ -15,9 +15,9 @@ const LONG: Duration = Duration::from_secs(60);
 /// file shows which version wrote it.
 fn versions(p: &Prepared) -> (String, String) {
     let demo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../catalog/demo.toml")).expect("the demo catalog");
-    let old = r#"{ name = "order_ref", sql = "o.order_ref", type = "text" }"#;
+    let old = r#"{ name = "order_ref", sql = "o.order_ref", type = "text","#;
     assert!(demo.contains(old), "the demo's order_ref column is where this test expects it");
-    let v2 = demo.replace(old, r#"{ name = "order_ref", sql = "'v2:' || o.order_ref", type = "text" }"#);
+    let v2 = demo.replace(old, r#"{ name = "order_ref", sql = "'v2:' || o.order_ref", type = "text","#);
     let (one, two) = (p.dir.path().join("v1.toml"), p.dir.path().join("v2.toml"));
     std::fs::write(&one, demo).expect("v1 written");
     std::fs::write(&two, v2).expect("v2 written");

@@ -281,6 +281,36 @@ on_both_backends!(a_workbook_that_inflates_past_twenty_times_the_largest_upload_
     app.stop().await;
 });
 
+on_both_backends!(a_checkpointed_workbook_export_is_a_bundle_of_workbooks_each_with_its_header_and_first_sheet, |backend| {
+    let app = TestApp::start(support::Options { worker: true, orders: 500, adjust: |c| c.part_rows = 150, ..support::Options::new(backend) }).await;
+    let alice = app.login("alice@acme.test").await;
+    let mut body = support::procs::everything("orders");
+    body["format"] = json!("xlsx");
+    body["consistency"] = json!("checkpointed");
+    body["columns"] = json!(["order_id", "total"]);
+    let (done, headers, bytes) = export_file(&app, &alice, "parts", &body).await;
+    assert_eq!(headers["content-type"], "application/zip");
+    let unzipped = support::bundles::unzip(&bytes);
+    let parts = done["artifact"]["parts"].as_array().unwrap();
+    assert!(parts.len() >= 3, "{done}");
+    assert_eq!(unzipped.parts.len(), parts.len());
+    let mut ids = Vec::new();
+    for ((name, workbook), part) in unzipped.parts.iter().zip(parts) {
+        assert!(name.ends_with(".xlsx"), "{name}");
+        let book = openpyxl(workbook, false);
+        let sheets = book["sheets"].as_array().unwrap();
+        assert_eq!(sheets.len(), 1, "{name}");
+        assert_eq!(sheets[0]["name"], "orders", "{name}: each part's sheets are counted from its first");
+        let rows = sheets[0]["rows"].as_array().unwrap();
+        assert_eq!(rows[0][0]["v"], "Order ID", "{name}: each part has its header");
+        assert_eq!(rows.len() as u64 - 1, part["rows"].as_u64().unwrap(), "{name}");
+        ids.extend(rows[1..].iter().map(|r| r[0]["v"].as_i64().expect("an order id, a whole number")));
+    }
+    assert_eq!(ids.len() as u64, done["artifact"]["rows"].as_u64().unwrap());
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "every row once, in key order across the parts");
+    app.stop().await;
+});
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_workbook_of_more_rows_than_a_sheet_holds_goes_on_to_a_second_sheet() {
     let app = TestApp::start(support::Options { worker: true, orders: 0, ..support::Options::new(support::Backend::Sqlite) }).await;

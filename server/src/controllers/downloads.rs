@@ -96,8 +96,8 @@ fn requested_part(method: &Method, headers: &HeaderMap, len: u64, etag: &str) ->
     params(("id" = String, Path), ("d" = String, Query, description = "artifact digest"), ("a" = String, Query, description = "minting actor"),
         ("e" = i64, Query, description = "expiry, epoch seconds"), ("k" = String, Query, description = "key id"), ("p" = Option<i32>, Query, description = "the part, for a link to one part"), ("s" = String, Query, description = "signature"),
         ("Range" = Option<String>, Header, description = "one byte range (RFC 9110 §14)"), ("If-Range" = Option<String>, Header, description = "the ETag the range is for")),
-    responses((status = 200, description = "The CSV (text/csv), gzipped CSV (application/gzip) or bundle (application/zip)", content((String = "text/csv"), (String = "application/gzip"), (String = "application/zip"))),
-        (status = 206, description = "One range of it", content((String = "text/csv"), (String = "application/gzip"), (String = "application/zip"))),
+    responses((status = 200, description = "The CSV (text/csv), gzipped CSV (application/gzip), workbook (XLSX) or bundle (application/zip)", content((String = "text/csv"), (String = "application/gzip"), (String = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"), (String = "application/zip"))),
+        (status = 206, description = "One range of it", content((String = "text/csv"), (String = "application/gzip"), (String = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"), (String = "application/zip"))),
         (status = 403, description = "link-invalid, link-expired or permission-revoked", body = app::Problem, content_type = "application/problem+json"), (status = 409, description = "export-not-ready", body = app::Problem, content_type = "application/problem+json"), (status = 410, description = "artifact-expired", body = app::Problem, content_type = "application/problem+json"),
         (status = 416, description = "range-not-satisfiable", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn serve_link(

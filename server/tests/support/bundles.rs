@@ -16,7 +16,7 @@ pub struct Unzipped {
 }
 
 /// Unzips `bytes`, checking what SPEC §5.1 pins: stored entries, DOS time 1980-01-01 00:00, the
-/// manifest first, then `part-00001.csv` (or `.csv.gz`), … in order. The `zip` crate checks
+/// manifest first, then `part-00001.csv` (or `.csv.gz`, `.xlsx`), … in order. The `zip` crate checks
 /// each entry's CRC-32 as it reads it.
 pub fn unzip(bytes: &[u8]) -> Unzipped {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes)).expect("the bundle is a ZIP");
@@ -35,8 +35,8 @@ pub fn unzip(bytes: &[u8]) -> Unzipped {
     assert_eq!(first, "manifest.json", "the manifest comes first");
     let manifest: Value = serde_json::from_slice(&manifest_bytes).expect("the manifest is JSON");
     for (i, (name, _)) in entries.iter().enumerate() {
-        let stem = format!("part-{:05}.csv", i + 1);
-        assert!(*name == stem || *name == format!("{stem}.gz"), "entry {} is {name}", i + 1);
+        let stem = format!("part-{:05}", i + 1);
+        assert!([".csv", ".csv.gz", ".xlsx"].iter().any(|ext| *name == format!("{stem}{ext}")), "entry {} is {name}", i + 1);
     }
     Unzipped { manifest_bytes, manifest, parts: entries }
 }
