@@ -598,37 +598,51 @@ def xlsx_export_figures(b, admin_token):
            f"{hwm[100_000] / 1024:.1f} → {hwm[ARGS.orders] / 1024:.1f} MiB", "", None, "growth < 16 MiB", growth < 16)
 
 
+def download_export(b, token, body, path):
+    """Creates an export of `body`, waits for it and downloads its file to `path`; returns its rows."""
+    view = request(b.base, "POST", "/api/exports", token, body, key=str(uuid.uuid4()))
+    while view["status"] not in ("ready", "failed", "cancelled"):
+        time.sleep(0.1)
+        view = request(b.base, "GET", f"/api/exports/{view['id']}", token)
+    if view["status"] != "ready":
+        raise SystemExit(f"export ended {view['status']}: {view.get('error')}")
+    link = urllib.request.Request(f"{b.base}/api/exports/{view['id']}/download", method="GET")
+    link.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(link, timeout=600) as resp, open(path, "wb") as f:
+        shutil.copyfileobj(resp, f)
+    return view["artifact"]["rows"]
+
+
 def xlsx_import_figure(b, token):
-    """An apply of 1,000,000 customers from a workbook (written by openpyxl) against the same rows
-    from a CSV, alternating, best of two each."""
+    """An apply of 1,000,000 new customers from a workbook against the same rows from a CSV,
+    alternating, best of two each. Both files are exportd's own exports of the same customers
+    (imported first from a CSV), so they hold the same rows."""
     n = 1_000_000
-    csv_path, xlsx_path = os.path.join(b.folder, "customers-x.csv"), os.path.join(b.folder, "customers-x.xlsx")
-    with open(csv_path, "w") as f:
+    seed = os.path.join(b.folder, "customers-x-seed.csv")
+    with open(seed, "w") as f:
         f.write("email,name,phone,country\n")
         for i in range(n):
             f.write(f"xl{i}@bench.test,Imported Person {i},+9665{i:08d},SA\n")
-    python = os.path.expanduser("~/.cache/exportd-openpyxl/bin/python")
-    writer = (
-        "import csv, sys, openpyxl\n"
-        "book = openpyxl.Workbook(write_only=True)\n"
-        "sheet = book.create_sheet('customers')\n"
-        "for row in csv.reader(open(sys.argv[1])):\n"
-        "    sheet.append(row)\n"
-        "book.save(sys.argv[2])\n"
-    )
-    subprocess.run([python, "-c", writer, csv_path, xlsx_path], check=True)
+    run_import(b, token, upload_file(b, token, seed))
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    body = {"report": "customers", "time_range": {"from": today, "to": today}, "columns": ["email", "name", "phone", "country"]}
+    paths = {fmt: os.path.join(b.folder, f"customers-x.{fmt}") for fmt in ("csv", "xlsx")}
+    rows = {fmt: download_export(b, token, {**body, "format": fmt}, paths[fmt]) for fmt in paths}
+    if rows["csv"] != rows["xlsx"] or rows["csv"] < n:
+        raise SystemExit(f"the two exports hold {rows} rows")
     clear = "DELETE FROM customers WHERE email LIKE 'xl%@bench.test'"
-    uploads = {"csv": upload_file(b, token, csv_path), "xlsx": upload_file(b, token, xlsx_path, "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")}
+    b.sql(clear)
+    uploads = {"csv": upload_file(b, token, paths["csv"]), "xlsx": upload_file(b, token, paths["xlsx"], "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")}
     times = {"csv": [], "xlsx": []}
     for _ in range(2):
         for fmt in ("xlsx", "csv"):
             took, view = run_import(b, token, uploads[fmt])
-            if view["counts"]["applied"] != n:
-                raise SystemExit(f"the {fmt} import applied {view['counts']}")
+            if view["counts"]["created"] != n:
+                raise SystemExit(f"the {fmt} import counted {view['counts']}")
             times[fmt].append(took)
             b.sql(clear)
     ours, base = min(times["xlsx"]), min(times["csv"])
-    figure(f"{b.name}: import of 1,000,000 customers from XLSX (validate + apply), create→ready", f"{ours:.2f} s", f"{base:.2f} s (the same rows from CSV)",
+    figure(f"{b.name}: import of {rows['xlsx']:,} customers from XLSX ({n:,} created; validate + apply), create→ready", f"{ours:.2f} s", f"{base:.2f} s (the same export as CSV)",
            base / ours, "≥ 0.5 (at most 2× the CSV's time)", base / ours >= 0.5)
 
 
