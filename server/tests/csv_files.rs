@@ -106,19 +106,6 @@ on_both_backends!(a_strict_parser_reads_back_every_value_defused_where_it_must_b
     app.stop().await;
 });
 
-/// Creates `body` as bob and returns the ready view and the downloaded file with its headers.
-async fn export_file(app: &TestApp, client: &reqwest::Client, key: &str, body: &Value) -> (Value, reqwest::header::HeaderMap, bytes::Bytes) {
-    let resp = app.create(client, key, body).await;
-    assert_eq!(resp.status(), 202);
-    let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
-    let done = app.wait_terminal(client, &id, Duration::from_secs(60)).await;
-    assert_eq!(done["status"], "ready", "{done}");
-    let link = client.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
-    let resp = client.get(app.url(&link)).send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    (done, resp.headers().clone(), resp.bytes().await.unwrap())
-}
-
 fn gunzip(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).expect("one gzip stream");
@@ -134,8 +121,8 @@ on_both_backends!(a_gzipped_export_is_the_same_csv_compressed_and_its_digest_is_
     plain["options"] = json!({"bom": true});
     let mut gzipped = plain.clone();
     gzipped["options"]["compression"] = "gzip".into();
-    let (_, _, csv) = export_file(&app, &bob, "plain", &plain).await;
-    let (done, headers, gz) = export_file(&app, &bob, "gzipped", &gzipped).await;
+    let (_, _, csv) = app.export_file(&bob, "plain", &plain).await;
+    let (done, headers, gz) = app.export_file(&bob, "gzipped", &gzipped).await;
     let id = done["id"].as_str().unwrap();
 
     assert_eq!(headers["content-type"], "application/gzip");
@@ -160,7 +147,7 @@ on_both_backends!(a_gzipped_export_is_the_same_csv_compressed_and_its_digest_is_
     // In parts too: each part a gzip file of its rows, each with the header and the BOM.
     let mut parted = gzipped.clone();
     parted["consistency"] = "checkpointed".into();
-    let (done, headers, zip) = export_file(&app, &bob, "gzipped-parts", &parted).await;
+    let (done, headers, zip) = app.export_file(&bob, "gzipped-parts", &parted).await;
     assert_eq!(headers["content-type"], "application/zip");
     let (unzipped, rows) = support::bundles::check(&zip, &done, 700);
     assert!(unzipped.parts.iter().all(|(name, data)| name.ends_with(".csv.gz") && support::bundles::csv_text(name, data).starts_with("\u{feff}order_id,".as_bytes())));

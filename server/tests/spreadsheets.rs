@@ -8,7 +8,6 @@ mod support;
 
 use sea_orm::ConnectionTrait;
 use serde_json::{json, Value};
-use std::time::Duration;
 use support::imports::{finished, report, start};
 use support::spreadsheets::{libreoffice_csv, libreoffice_resaved, openpyxl};
 use support::TestApp;
@@ -58,19 +57,6 @@ async fn nasty_orders(app: &TestApp) -> Vec<i64> {
     placed
 }
 
-/// Creates `body` as `client`, waits for it, and downloads it: the view, the headers, the bytes.
-async fn export_file(app: &TestApp, client: &reqwest::Client, key: &str, body: &Value) -> (Value, reqwest::header::HeaderMap, bytes::Bytes) {
-    let resp = app.create(client, key, body).await;
-    assert_eq!(resp.status(), 202, "{:?}", resp.text().await);
-    let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
-    let done = app.wait_terminal(client, &id, Duration::from_secs(120)).await;
-    assert_eq!(done["status"], "ready", "{done}");
-    let link = client.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
-    let resp = client.get(app.url(&link)).send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    (done, resp.headers().clone(), resp.bytes().await.unwrap())
-}
-
 fn nasty_request(language: &str) -> Value {
     let today = jiff::Zoned::now().with_time_zone(jiff::tz::TimeZone::UTC).date();
     json!({
@@ -93,7 +79,7 @@ on_both_backends!(an_exported_workbook_shows_every_value_as_stored_in_openpyxl_a
     let app = TestApp::start(support::Options { worker: true, orders: 20, ..support::Options::new(backend) }).await;
     let placed = nasty_orders(&app).await;
     let alice = app.login("alice@acme.test").await;
-    let (done, headers, bytes) = export_file(&app, &alice, "xlsx-en", &nasty_request("en")).await;
+    let (done, headers, bytes) = app.export_file(&alice, "xlsx-en", &nasty_request("en")).await;
     assert_eq!(headers["content-type"], XLSX);
     let disposition = headers["content-disposition"].to_str().unwrap();
     assert!(disposition.contains(".xlsx"), "{disposition}");
@@ -145,7 +131,7 @@ on_both_backends!(an_exported_workbook_shows_every_value_as_stored_in_openpyxl_a
     }
 
     // In Arabic: the titles, a right-to-left sheet, the same rows.
-    let (_, _, arabic) = export_file(&app, &alice, "xlsx-ar", &nasty_request("ar")).await;
+    let (_, _, arabic) = app.export_file(&alice, "xlsx-ar", &nasty_request("ar")).await;
     let book = openpyxl(&arabic, false);
     let sheet = &book["sheets"][0];
     assert_eq!(sheet["rtl"], true, "an Arabic workbook reads right to left");
@@ -175,7 +161,7 @@ on_both_backends!(an_exported_workbook_imports_back_unchanged_and_so_does_libreo
         body["format"] = json!("xlsx");
         body["timezone"] = json!("America/New_York");
         body["options"] = json!({"language": language});
-        let (done, _, workbook) = export_file(&app, &alice, &format!("{dataset}-{language}"), &body).await;
+        let (done, _, workbook) = app.export_file(&alice, &format!("{dataset}-{language}"), &body).await;
         let rows = done["artifact"]["rows"].as_i64().unwrap();
         assert!(rows >= 5, "{done}");
         for (copy, bytes, content_type) in [("as-exported", workbook.to_vec(), XLSX), ("saved-by-libreoffice", libreoffice_resaved(&workbook), "application/octet-stream")] {
@@ -207,20 +193,20 @@ on_both_backends!(a_workbook_refuses_options_that_do_not_apply_to_it, |backend| 
 /// row on the second sheet.
 fn two_sheet_customers() -> Vec<u8> {
     let mut book = rust_xlsxwriter::Workbook::new();
+    let headed = |sheet: &mut rust_xlsxwriter::Worksheet, name: &str| {
+        sheet.set_name(name).unwrap();
+        for (c, h) in ["Email", "Name", "Phone", "Country"].iter().enumerate() {
+            sheet.write_string(0, c as u16, *h).unwrap();
+        }
+    };
     let first = book.add_worksheet();
-    first.set_name("people").unwrap();
-    for (c, h) in ["Email", "Name", "Phone", "Country"].iter().enumerate() {
-        first.write_string(0, c as u16, *h).unwrap();
-    }
+    headed(first, "people");
     first.write_string(1, 0, "one@acme.test").unwrap();
     first.write_string(1, 1, "One").unwrap();
     first.write_number(1, 2, 966501234567.0).unwrap();
     first.write_string(1, 3, "SA").unwrap();
     let second = book.add_worksheet();
-    second.set_name("more people").unwrap();
-    for (c, h) in ["Email", "Name", "Phone", "Country"].iter().enumerate() {
-        second.write_string(0, c as u16, *h).unwrap();
-    }
+    headed(second, "more people");
     // A blank row, then a good row and a bad one.
     second.write_string(2, 0, "two@acme.test").unwrap();
     second.write_string(2, 3, "AE").unwrap();
@@ -288,7 +274,7 @@ on_both_backends!(a_checkpointed_workbook_export_is_a_bundle_of_workbooks_each_w
     body["format"] = json!("xlsx");
     body["consistency"] = json!("checkpointed");
     body["columns"] = json!(["order_id", "total"]);
-    let (done, headers, bytes) = export_file(&app, &alice, "parts", &body).await;
+    let (done, headers, bytes) = app.export_file(&alice, "parts", &body).await;
     assert_eq!(headers["content-type"], "application/zip");
     let unzipped = support::bundles::unzip(&bytes);
     let parts = done["artifact"]["parts"].as_array().unwrap();
@@ -327,7 +313,7 @@ async fn a_workbook_of_more_rows_than_a_sheet_holds_goes_on_to_a_second_sheet() 
     let mut body = support::procs::everything("orders");
     body["format"] = json!("xlsx");
     body["columns"] = json!(["order_id", "total"]);
-    let (done, _, bytes) = export_file(&app, &alice, "big", &body).await;
+    let (done, _, bytes) = app.export_file(&alice, "big", &body).await;
     assert_eq!(done["artifact"]["rows"], 1_048_576);
     let sheets = openpyxl(&bytes, true);
     assert_eq!(sheets["sheets"], json!([{"name": "orders", "rows": 1_048_576, "columns": 2}, {"name": "orders (2)", "rows": 2, "columns": 2}]), "a header and 1,048,575 rows, then a header and the rest");

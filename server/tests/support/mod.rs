@@ -285,6 +285,20 @@ impl TestApp {
         client.post(self.url("/api/exports")).header("Idempotency-Key", key).json(body).send().await.unwrap()
     }
 
+    /// Creates `body` as `client`, waits (up to two minutes) for it to be ready, and downloads its
+    /// file: the ready view, the file's headers and its bytes.
+    pub async fn export_file(&self, client: &reqwest::Client, key: &str, body: &Value) -> (Value, reqwest::header::HeaderMap, bytes::Bytes) {
+        let resp = self.create(client, key, body).await;
+        assert_eq!(resp.status(), 202, "{:?}", resp.text().await);
+        let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+        let done = self.wait_terminal(client, &id, Duration::from_secs(120)).await;
+        assert_eq!(done["status"], "ready", "{done}");
+        let link = client.get(self.url(&format!("/api/exports/{id}/download"))).send().await.unwrap().headers()["location"].to_str().unwrap().to_owned();
+        let resp = client.get(self.url(&link)).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        (done, resp.headers().clone(), resp.bytes().await.unwrap())
+    }
+
     /// Polls an export until it is terminal; panics after `limit`.
     pub async fn wait_terminal(&self, client: &reqwest::Client, id: &str, limit: Duration) -> Value {
         let deadline = tokio::time::Instant::now() + limit;
