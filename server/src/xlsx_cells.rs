@@ -303,7 +303,9 @@ impl RowEncoder for XlsxEncoder {
         let local = self.layout.zone.to_datetime(ts);
         let seconds = i64::from(local.hour()) * 3600 + i64::from(local.minute()) * 60 + i64::from(local.second());
         let serial = day_serial(local.date()).map(|d| d as f64 + seconds as f64 / 86_400.0);
-        self.date_cell(serial, || local.strftime("%Y-%m-%d %H:%M:%S").to_string(), true)
+        // Before 1900 a workbook has no date: the instant as RFC 3339 UTC text, which imports
+        // back exactly (a zone's offset then may have seconds, which RFC 3339 cannot write).
+        self.date_cell(serial, || ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(), true)
     }
 
     fn boolean(&mut self, value: bool) -> std::io::Result<()> {
@@ -396,6 +398,12 @@ mod tests {
             e.text(if i == 2 { "" } else { "=1+1" }).unwrap();
             e.end_row().unwrap();
         }
+        // An instant before 1900, which a workbook cannot hold as a date.
+        for _ in 0..2 {
+            e.empty().unwrap();
+        }
+        e.instant(-2_240_524_800_000).unwrap();
+        e.end_row().unwrap();
         let mut out = Vec::new();
         e.finish(&mut out).unwrap();
         out
@@ -427,6 +435,7 @@ mod tests {
         assert_eq!(first[5], Data::Bool(false));
         assert_eq!(first[6], Data::String("=1+1".into()));
         assert_eq!(row(3)[6], Data::Empty, "empty text is an empty cell");
+        assert_eq!(row(4)[2], Data::String("1899-01-01T00:00:00Z".into()), "before 1900: RFC 3339 text, which imports back");
         assert!(book.worksheet_formula("a_report_name_longer_than").unwrap().used_cells().next().is_none(), "no formulas");
     }
 

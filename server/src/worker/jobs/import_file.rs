@@ -122,11 +122,23 @@ pub(super) fn rows(store: &ExportStore, key: &str, reading: &Reading) -> Rows {
     Rows { rx, header: None, checks: Checks::of(&reading.dataset), dataset: reading.dataset.clone() }
 }
 
-/// Whether the file at `key` in `store` is a workbook (its first bytes are a ZIP's); a file that
-/// cannot be read counts as a CSV (its reading fails on its own).
-pub(super) async fn is_workbook(store: &ExportStore, key: &str) -> bool {
-    let first = tokio::time::timeout(STORE_READ_TIMEOUT, store.objects().get_range(&Path::from(key), 0..4)).await;
-    matches!(first, Ok(Ok(bytes)) if bytes.as_ref() == super::import_workbook::SIGNATURE)
+/// Whether the file at `key` in `store` is a workbook (its first bytes are a ZIP's). A file no
+/// longer in the store (or shorter than a signature) counts as a CSV: its reading says why.
+pub(super) async fn is_workbook(store: &ExportStore, key: &str) -> Result<bool, Stop> {
+    let path = Path::from(key);
+    let read = async {
+        let size = store.objects().head(&path).await?.size;
+        if size < 4 {
+            return Ok(false);
+        }
+        Ok::<_, object_store::Error>(store.objects().get_range(&path, 0..4).await?.as_ref() == super::import_workbook::SIGNATURE)
+    };
+    match tokio::time::timeout(STORE_READ_TIMEOUT, read).await {
+        Ok(Ok(workbook)) => Ok(workbook),
+        Ok(Err(object_store::Error::NotFound { .. })) => Ok(false),
+        Ok(Err(e)) => Err(Stop::storage(e)),
+        Err(_) => Err(Stop::storage("the store did not answer")),
+    }
 }
 
 /// One entry of a report: a record's line, and one of its problems.

@@ -49,7 +49,7 @@ pub(super) async fn write(ctx: &WorkerContext, store: &ExportStore, job: &jobs::
     let staging = staging_part_key(&job.id, job.generation, FINAL_REPORT);
     let resolved = resolved_of(job).map_err(Stop::internal)?;
     // A workbook's report names each record's sheet.
-    let sheets = import_file::is_workbook(store, &resolved.object_key).await;
+    let sheets = import_file::is_workbook(store, &resolved.object_key).await?;
     let mut report = ReportWriter::start(store, &staging, sheets).map_err(Stop::internal)?;
     if let Some(plan) = plan.as_ref().filter(|p| p.fails.as_deref() == Some(Failure::INVALID_FILE.code)) {
         for e in &plan.first_errors {

@@ -22,8 +22,9 @@ pub(super) const SIGNATURE: &[u8; 4] = b"PK\x03\x04";
 /// The most entries a workbook's archive may list.
 const MAX_ENTRIES: usize = 10_000;
 
-/// The most a workbook's shared-string table may inflate to: calamine holds it while the sheets
-/// are read (a workbook exportd writes has none: its strings are inline).
+/// The most any part of a workbook other than a sheet may inflate to: calamine holds them (the
+/// shared-string table above all, which a workbook exportd writes does not have: its strings are
+/// inline) while the sheets are read.
 pub const SHARED_STRINGS_MAX_BYTES: u64 = 128 << 20;
 
 /// The first bytes of `reader` (at most four), and whether they are a workbook's.
@@ -68,6 +69,13 @@ fn read(reader: &mut impl std::io::Read, reading: &Reading, tx: &Sender<Result<R
         loop {
             let next = cells.next_cell().map_err(invalid)?;
             let position = next.as_ref().map(|c| c.get_position());
+            // Rows come in order (the format says so); one that does not would break the
+            // order every later read of the file relies on.
+            if let (Some(r), Some((p, _))) = (at, position) {
+                if p < r {
+                    return Err(invalid(format!("the row {} of sheet {name:?} comes after row {}", p + 1, r + 1)));
+                }
+            }
             if let Some(r) = at.filter(|r| position.is_none_or(|(p, _)| p != *r)) {
                 if out.row(&mut state, &sheet, r, &row, reading).is_err() {
                     return Ok(());
@@ -126,7 +134,11 @@ impl Records<'_> {
         }
         match *state {
             State::First => {
-                let texts: Vec<String> = row.iter().map(heading).collect();
+                let mut texts: Vec<String> = row.iter().map(heading).collect();
+                // Empty cells after the last title (a styled but empty cell) name no column.
+                while texts.last().is_some_and(|t| t.trim().is_empty()) {
+                    texts.pop();
+                }
                 let mut names = Vec::with_capacity(texts.len());
                 for text in &texts {
                     let (name, zone) = reading.headings.read(&reading.dataset, text);
@@ -150,6 +162,7 @@ impl Records<'_> {
                 let width = self.columns.len();
                 let mut cells = Vec::with_capacity(width);
                 let mut flagged = Vec::new();
+                let mut outside = None;
                 for (i, cell) in row.iter().enumerate() {
                     match self.columns.get(i) {
                         Some((name, ty, zone)) => match text_of(cell, ty.as_ref(), zone) {
@@ -162,9 +175,12 @@ impl Records<'_> {
                         },
                         None if matches!(cell, DataRef::Empty) => {}
                         None => {
-                            flagged.push(Problem::new("", "outside_header", format!("a cell in column {} is right of the header's last", i + 1)));
+                            outside.get_or_insert(i + 1);
                         }
                     }
+                }
+                if let Some(column) = outside {
+                    flagged.push(Problem::new("", "outside_header", format!("a cell in column {column} is right of the header's last")));
                 }
                 cells.resize(width, String::new());
                 self.chunk.push(Record { number: self.number, line: i64::from(r) + 1, sheet: Some(sheet.clone()), cells, flagged });
@@ -204,8 +220,12 @@ fn number_text(value: f64) -> String {
     format!("{rounded}")
 }
 
-/// A date-time cell as a civil date-time (to the millisecond), if it is one a calendar holds.
+/// A date-time cell as a civil date-time (to the millisecond), if it is one a workbook's
+/// calendar holds (serials 0 to 9999-12-31's).
 fn civil(cell: &calamine::ExcelDateTime) -> Option<jiff::civil::DateTime> {
+    if !(0.0..2_958_466.0).contains(&cell.as_f64()) {
+        return None;
+    }
     let (y, mo, d, h, mi, s, ms) = cell.to_ymd_hms_milli();
     jiff::civil::DateTime::new(i16::try_from(y).ok()?, mo as i8, d as i8, h as i8, mi as i8, s as i8, i32::from(ms) * 1_000_000).ok()
 }
@@ -277,13 +297,15 @@ fn check_archive(file: &mut std::fs::File, limit: u64) -> Result<(), Problem> {
     let mut left = limit;
     for i in 0..archive.len() {
         let mut entry = archive.by_index(i).map_err(invalid)?;
-        let shared_strings = entry.name().ends_with("sharedStrings.xml");
-        let mut sink = Counted { left: if shared_strings { left.min(SHARED_STRINGS_MAX_BYTES) } else { left } };
+        // calamine finds a part whatever its case and separators; so does this.
+        let name = entry.name().replace('\\', "/").to_ascii_lowercase();
+        let held = !(name.contains("worksheets/") && name.ends_with(".xml"));
+        let mut sink = Counted { left: if held { left.min(SHARED_STRINGS_MAX_BYTES) } else { left } };
         let before = sink.left;
         match std::io::copy(&mut entry, &mut sink) {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge && shared_strings && left > SHARED_STRINGS_MAX_BYTES => {
-                return Err(Problem::new("", "workbook_too_large", format!("its shared strings inflate past {} MiB; save it as CSV to import it", SHARED_STRINGS_MAX_BYTES >> 20)));
+            Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge && held && left > SHARED_STRINGS_MAX_BYTES => {
+                return Err(Problem::new("", "workbook_too_large", format!("{name} inflates past {} MiB, which is held in memory; save it as CSV to import it", SHARED_STRINGS_MAX_BYTES >> 20)));
             }
             Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
                 return Err(Problem::new("", "workbook_too_large", format!("it inflates past {limit} bytes, 20 times the largest upload")));
@@ -315,6 +337,72 @@ mod tests {
         assert_eq!(instant_text(local, &zone).as_deref(), Some("2026-11-01T01:30:00-04:00"));
         let riyadh = jiff::tz::TimeZone::get("Asia/Riyadh").unwrap();
         assert_eq!(instant_text(jiff::civil::date(2026, 1, 31).at(9, 30, 0, 500_000_000), &riyadh).as_deref(), Some("2026-01-31T09:30:00.500+03:00"));
+    }
+
+    /// A workbook's entries, with `sheet1.xml` changed by `edit`, zipped again.
+    fn edited(edit: impl Fn(String) -> String) -> Vec<u8> {
+        let mut book = rust_xlsxwriter::Workbook::new();
+        let sheet = book.add_worksheet();
+        for (r, row) in [["email", "country"], ["a@acme.test", "SA"], ["b@acme.test", "AE"]].iter().enumerate() {
+            for (c, cell) in row.iter().enumerate() {
+                sheet.write_string(r as u32, c as u16, *cell).unwrap();
+            }
+        }
+        let bytes = book.save_to_buffer().unwrap();
+        let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
+        let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        for i in 0..archive.len() {
+            let mut entry = archive.by_index(i).unwrap();
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+            let text = if entry.name().ends_with("sheet1.xml") { edit(text) } else { text };
+            out.start_file(entry.name(), zip::write::SimpleFileOptions::default()).unwrap();
+            out.write_all(text.as_bytes()).unwrap();
+        }
+        out.finish().unwrap().into_inner()
+    }
+
+    /// What reading `workbook` as customers sends: its records' emails, or its whole-file error.
+    fn read_customers(workbook: Vec<u8>) -> Result<Vec<String>, String> {
+        let catalog = crate::catalog::Catalog::builtin();
+        let dataset = Arc::new(catalog.dataset("customers").unwrap().clone());
+        let reading = Reading { headings: Arc::new(crate::imports::cells::Headings::of(&catalog, &dataset)), dataset, inflate_limit: 1 << 30 };
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        parse(std::io::Cursor::new(workbook), &reading, &tx);
+        drop(tx);
+        let mut emails = Vec::new();
+        while let Ok(next) = rx.try_recv() {
+            match next {
+                Ok(Read::Records(records)) => emails.extend(records.into_iter().map(|r| r.cells[0].clone())),
+                Ok(Read::Header(..)) => {}
+                Err(p) => return Err(p.code.into_owned()),
+            }
+        }
+        Ok(emails)
+    }
+
+    #[test]
+    fn a_sheets_rows_read_in_order_and_a_row_that_goes_back_fails_the_file() {
+        assert_eq!(read_customers(edited(|xml| xml)), Ok(vec!["a@acme.test".to_owned(), "b@acme.test".to_owned()]));
+        // The third row claims to be the second: every later read of the file relies on order.
+        let back = edited(|xml| xml.replace("<row r=\"3\"", "<row r=\"2\"").replace("r=\"A3\"", "r=\"A1\"").replace("r=\"B3\"", "r=\"B1\""));
+        assert_eq!(read_customers(back), Err("invalid_xlsx".to_owned()));
+    }
+
+    #[test]
+    fn a_part_held_in_memory_is_capped_whatever_the_case_of_its_name() {
+        let mut file = tempfile::tempfile().unwrap();
+        {
+            let mut zip = zip::ZipWriter::new(&mut file);
+            zip.start_file("xl/SHAREDstrings.xml", zip::write::SimpleFileOptions::default()).unwrap();
+            let chunk = vec![b' '; 1 << 20];
+            for _ in 0..(SHARED_STRINGS_MAX_BYTES >> 20) + 1 {
+                zip.write_all(&chunk).unwrap();
+            }
+            zip.finish().unwrap();
+        }
+        file.rewind().unwrap();
+        assert_eq!(check_archive(&mut file, 1 << 40).unwrap_err().code, "workbook_too_large");
     }
 
     #[test]
