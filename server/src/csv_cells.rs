@@ -32,13 +32,27 @@ pub fn money(cents: i64) -> String {
 /// Minor units of a currency with `places` places as a decimal amount: `-1250` with 3 is
 /// `-1.250`, with 0 `-1250`.
 pub fn amount(minor: i64, places: u32) -> String {
-    if places == 0 {
-        return minor.to_string();
+    let mut out = Vec::with_capacity(24);
+    write_amount(&mut out, minor, places);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Writes [`amount`] into `out`, allocating nothing: every file's money goes through here.
+pub fn write_amount(out: &mut Vec<u8>, minor: i64, places: u32) {
+    let mut digits = itoa::Buffer::new();
+    let Some(unit) = 10u64.checked_pow(places).filter(|_| places > 0) else {
+        out.extend_from_slice(digits.format(minor).as_bytes());
+        return;
+    };
+    if minor < 0 {
+        out.push(b'-');
     }
-    let sign = if minor < 0 { "-" } else { "" };
     let abs = minor.unsigned_abs();
-    let unit = 10u64.pow(places);
-    format!("{sign}{}.{:0width$}", abs / unit, abs % unit, width = places as usize)
+    out.extend_from_slice(digits.format(abs / unit).as_bytes());
+    out.push(b'.');
+    let fraction = digits.format(abs % unit);
+    out.extend(std::iter::repeat_n(b'0', (places as usize).saturating_sub(fraction.len())));
+    out.extend_from_slice(fraction.as_bytes());
 }
 
 /// An instant in epoch milliseconds as RFC 3339 UTC, to the second; `None` outside the
@@ -190,18 +204,8 @@ impl CsvEncoder {
         if places == 2 {
             return self.money(minor);
         }
-        let mut digits = itoa::Buffer::new();
-        if places == 0 {
-            return Ok(self.writer.write_field(digits.format(minor))?);
-        }
         self.scratch.clear();
-        if minor < 0 {
-            self.scratch.push(b'-');
-        }
-        let abs = minor.unsigned_abs();
-        let unit = 10u64.pow(places);
-        self.scratch.extend_from_slice(digits.format(abs / unit).as_bytes());
-        write!(self.scratch, ".{:0width$}", abs % unit, width = places as usize)?;
+        write_amount(&mut self.scratch, minor, places);
         Ok(self.writer.write_field(&self.scratch)?)
     }
 
@@ -389,6 +393,7 @@ mod tests {
         assert_eq!(amount(1250, 0), "1250");
         assert_eq!(amount(5, 3), "0.005");
         assert_eq!(amount(-5, 2), "-0.05");
+        assert_eq!(amount(i64::MIN, 4), "-922337203685477.5808");
     }
 
     #[test]

@@ -34,5 +34,6 @@ pub mod state;
 pub mod storage;
 pub mod worker;
 pub mod xlsx_cells;
+pub mod xlsx_package;
 
 pub use error::AppError;
