@@ -3,6 +3,7 @@
 pub mod intent;
 pub mod language;
 pub mod model;
+pub mod schedules;
 pub mod sfn;
 mod format;
 mod page;

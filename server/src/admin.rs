@@ -103,6 +103,7 @@ pub async fn add_user(db: &DatabaseConnection, email: &str, tenant_slug: &str, r
         oidc_subject: Set(None),
         contact_email: Set(None),
         role_pinned: Set(false),
+        schedule_id: Set(None),
     }
     .insert(&txn)
     .await?;
@@ -115,6 +116,16 @@ pub async fn add_user(db: &DatabaseConnection, email: &str, tenant_slug: &str, r
 pub async fn user_by_email<C: ConnectionTrait>(db: &C, email: &str) -> Result<users::Model, AdminError> {
     let email = if email.trim().starts_with("oidc:") { email.trim().to_owned() } else { email.trim().to_lowercase() };
     users::Entity::find().filter(users::Column::Email.eq(&email)).one(db).await?.ok_or_else(|| refused(format!("no user {email:?}")))
+}
+
+/// The user of `email`, unless it is a schedule's service identity, which has no token and no
+/// role but its schedule's (contract §15).
+pub async fn person_by_email<C: ConnectionTrait>(db: &C, email: &str) -> Result<users::Model, AdminError> {
+    let user = user_by_email(db, email).await?;
+    if user.schedule_id.is_some() {
+        return Err(refused(format!("{:?} is a schedule's service identity: it has no token, and its role is its schedule's", user.email)));
+    }
+    Ok(user)
 }
 
 /// Deactivates the user of `email`: in one transaction they lose their sessions and tokens, and

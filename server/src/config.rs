@@ -49,6 +49,11 @@ pub struct Config {
     pub retry_base: Duration,
     /// How often the janitor applies its rules (`EXPORTD_JANITOR_MS`, default 5000).
     pub janitor_every: Duration,
+    /// How often each scheduler loop looks for due schedules (`EXPORTD_SCHEDULER_MS`, default 1000).
+    pub scheduler_every: Duration,
+    /// How many missed windows of a schedule run after downtime, the latest, oldest first
+    /// (`EXPORTD_SCHEDULE_CATCH_UP`, default 3).
+    pub schedule_catch_up: usize,
     /// How often the janitor also sweeps the object stores (`EXPORTD_SWEEP_MS`, default 60000).
     pub sweep_every: Duration,
     /// How much older than a lease an object under `exports/` that no finished job points at
@@ -186,6 +191,8 @@ impl Config {
             max_active_per_actor: number("EXPORTD_MAX_ACTIVE_PER_ACTOR", 10)?,
             retry_base: Duration::from_millis(number("EXPORTD_RETRY_BASE_MS", 1000)?.max(1)),
             janitor_every: Duration::from_millis(number("EXPORTD_JANITOR_MS", 5000)?.max(10)),
+            scheduler_every: Duration::from_millis(number("EXPORTD_SCHEDULER_MS", 1000)?.max(10)),
+            schedule_catch_up: number("EXPORTD_SCHEDULE_CATCH_UP", 3)? as usize,
             sweep_every: Duration::from_millis(number("EXPORTD_SWEEP_MS", 60_000)?),
             orphan_margin: Duration::from_secs(number("EXPORTD_ORPHAN_MARGIN_SECS", 60)?),
             worker_connections: u32::try_from(number("EXPORTD_DB_CONNECTIONS", 32)?).unwrap_or(u32::MAX),
@@ -224,6 +231,8 @@ impl Config {
             max_active_per_actor: 10,
             retry_base: Duration::from_millis(1000),
             janitor_every: Duration::from_millis(5000),
+            scheduler_every: Duration::from_millis(1000),
+            schedule_catch_up: 3,
             sweep_every: Duration::from_millis(60_000),
             orphan_margin: Duration::from_secs(60),
             worker_connections: 32,

@@ -26,6 +26,10 @@ pub enum AppError {
     ExportNotFound,
     #[error("import not found")]
     ImportNotFound,
+    #[error("schedule not found")]
+    ScheduleNotFound,
+    #[error("only an admin manages schedules")]
+    ScheduleNotPermitted,
     #[error("upload not found")]
     UploadNotFound,
     #[error("import already finished")]
@@ -130,6 +134,8 @@ impl AppError {
             PermissionRevoked => ("permission-revoked", StatusCode::FORBIDDEN, "You are no longer allowed to download this export"),
             ExportNotFound => ("export-not-found", StatusCode::NOT_FOUND, "Export not found"),
             ImportNotFound => ("import-not-found", StatusCode::NOT_FOUND, "Import not found"),
+            ScheduleNotFound => ("schedule-not-found", StatusCode::NOT_FOUND, "Schedule not found"),
+            ScheduleNotPermitted => ("schedule-not-permitted", StatusCode::FORBIDDEN, "Only an admin manages schedules"),
             UploadNotFound => ("upload-not-found", StatusCode::UNPROCESSABLE_ENTITY, "No upload of yours has this id"),
             ImportAlreadyFinished => ("export-already-finished", StatusCode::CONFLICT, "The import has already finished"),
             NotFound => ("not-found", StatusCode::NOT_FOUND, "Not found"),

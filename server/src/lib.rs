@@ -26,6 +26,7 @@ pub mod links;
 pub mod metrics;
 pub mod operations;
 pub mod row_encoder;
+pub mod schedules;
 pub mod seed;
 pub mod server;
 pub mod service;

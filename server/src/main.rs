@@ -191,7 +191,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::User { command: UserCommand::SetRole { email, role } } => {
             let role = auth::Role::parse(&role).ok_or_else(|| format!("unknown role {role:?}: use admin, analyst or viewer"))?;
             let db = connect().await?;
-            let user = exportd::admin::user_by_email(&db, &email).await.map_err(|e| e.to_string())?;
+            let user = exportd::admin::person_by_email(&db, &email).await.map_err(|e| e.to_string())?;
             let mut user: users::ActiveModel = user.into();
             user.role = Set(role.as_str().to_owned());
             // A role set here is kept: the provider's later claims do not change it (contract §13).
@@ -241,7 +241,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Token { command: TokenCommand::Create { email } } => {
             let db = connect().await?;
-            let user = exportd::admin::user_by_email(&db, &email).await.map_err(|e| e.to_string())?;
+            let user = exportd::admin::person_by_email(&db, &email).await.map_err(|e| e.to_string())?;
             let token = auth::create_token(&db, &user.id, now_ms()).await.map_err(|e| format!("database: {e}"))?;
             println!("{token}");
             Ok(())
@@ -313,7 +313,11 @@ async fn run(cli: Cli) -> Result<(), String> {
                 None => None,
             };
             tracing::info!(target: "exportd::lifecycle", worker = %ctx.worker_id, "worker started");
+            let clock: SharedClock = Arc::new(SystemClock);
+            let service = exportd::service::context::ServiceContext::new(ctx.db.clone(), config.clone(), clock).await.map_err(|e| format!("database: {e}"))?;
+            let scheduler = tokio::spawn(exportd::schedules::scheduler::run(service, config.scheduler_every, shutdown.clone()));
             worker::run(ctx).await;
+            let _ = scheduler.await;
             if let Some(server) = metrics_server {
                 let _ = server.await;
             }
@@ -342,10 +346,13 @@ async fn run(cli: Cli) -> Result<(), String> {
                     .map_err(|e| format!("database: {e}"))?;
                 Some(tokio::spawn(worker::run(ctx)))
             };
+            // Every serve runs a scheduler loop, with or without a worker: no leader.
+            let scheduler = tokio::spawn(exportd::schedules::scheduler::run(state.service.clone(), config.scheduler_every, shutdown.clone()));
             let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| format!("cannot listen on {bind}: {e}"))?;
             let local = listener.local_addr().map_err(|e| e.to_string())?;
             tracing::info!(target: "exportd::lifecycle", "exportd listening on http://{local}");
             exportd::server::serve(listener, app_router(state), shutdown.clone()).await;
+            let _ = scheduler.await;
             if let Some(task) = worker_task {
                 let _ = task.await;
             }

@@ -84,6 +84,7 @@ pub async fn seed_demo(db: &DatabaseConnection, orders_per_tenant: u32, now_ms: 
                 oidc_subject: Set(None),
                 contact_email: Set(None),
                 role_pinned: Set(false),
+                schedule_id: Set(None),
             }
             .insert(db)
             .await?;

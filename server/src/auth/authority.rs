@@ -101,13 +101,29 @@ impl Authority {
 
     /// The role the user `user_id` has now in the tenant `tenant_id`, as a worker checks it:
     /// `None` when the user is unknown, inactive or of another tenant; no access reads as a
-    /// viewer's.
+    /// viewer's. A schedule's service identity has the lesser of its schedule's role and its
+    /// owner's role now (`None` when the owner is inactive).
     pub async fn current_role<C: ConnectionTrait>(&self, db: &C, user_id: &str, tenant_id: &str) -> Result<Option<Role>, RoleError> {
+        let Some((role, schedule)) = self.person_role(db, user_id, tenant_id).await? else { return Ok(None) };
+        let Some(schedule) = schedule else { return Ok(Some(role)) };
+        let owner: Option<String> = {
+            use crate::entities::schedules;
+            use sea_orm::{EntityTrait, QuerySelect};
+            schedules::Entity::find_by_id(schedule).select_only().column(schedules::Column::OwnerId).into_tuple().one(db).await?
+        };
+        let Some(owner) = owner else { return Ok(None) };
+        Ok(self.person_role(db, &owner, tenant_id).await?.map(|(owner_role, _)| owner_role.lesser(role)))
+    }
+
+    /// A user's role now, and their schedule when they are a schedule's service identity (whose
+    /// stored role is the schedule's).
+    async fn person_role<C: ConnectionTrait>(&self, db: &C, user_id: &str, tenant_id: &str) -> Result<Option<(Role, Option<String>)>, RoleError> {
         use crate::entities::{tenants, users};
         use sea_orm::sea_query::{Expr, ExprTrait, Query};
         let query = Query::select()
             .columns([(users::Entity, users::Column::Role), (users::Entity, users::Column::Email), (users::Entity, users::Column::OidcSubject)])
             .column((tenants::Entity, tenants::Column::SourceId))
+            .column((users::Entity, users::Column::ScheduleId))
             .from(users::Entity)
             .inner_join(tenants::Entity, Expr::col((tenants::Entity, tenants::Column::Id)).equals((users::Entity, users::Column::TenantId)))
             .and_where(Expr::col((users::Entity, users::Column::Id)).eq(user_id))
@@ -116,11 +132,16 @@ impl Authority {
             .to_owned();
         let Some(row) = db.query_one_raw(db.get_database_backend().build(&query)).await? else { return Ok(None) };
         let Some(stored) = Role::parse(&row.try_get_by_index::<String>(0)?) else { return Ok(None) };
+        let schedule = row.try_get_by_index::<Option<String>>(4)?;
+        if schedule.is_some() {
+            // The authority's source does not know a service identity: its role is its schedule's.
+            return Ok(Some((stored, schedule)));
+        }
         let email = row.try_get_by_index::<String>(1)?;
         let subject = row.try_get_by_index::<Option<String>>(2)?;
         let source_id = row.try_get_by_index::<String>(3)?;
         let whom = Whom::of(stored, &email, subject.as_deref(), &source_id);
-        Ok(Some(self.role(whom).await?.unwrap_or(Role::Viewer)))
+        Ok(Some((self.role(whom).await?.unwrap_or(Role::Viewer), None)))
     }
 
     /// The condition a worker's fenced writes carry: the job's actor exists, is active and is of

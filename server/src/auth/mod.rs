@@ -45,6 +45,20 @@ impl Role {
         }
     }
 
+    /// The lesser of two roles (a viewer is less than an analyst, an analyst than an admin).
+    pub fn lesser(self, other: Role) -> Role {
+        let rank = |r: Role| match r {
+            Role::Viewer => 0,
+            Role::Analyst => 1,
+            Role::Admin => 2,
+        };
+        if rank(other) < rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+
     /// The stored name.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -112,6 +112,7 @@ pub async fn sign_in(db: &DatabaseConnection, issuer: &str, identity: &Identity,
                 oidc_subject: Set(Some(identity.subject.clone())),
                 contact_email: Set(identity.email.clone()),
                 role_pinned: Set(false),
+                schedule_id: Set(None),
             }
             .insert(&txn)
             .await

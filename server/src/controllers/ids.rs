@@ -58,3 +58,14 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportPartPath {
         }
     }
 }
+
+/// The `{id}` of `/api/schedules/{id}…`; one that does not decode is `schedule-not-found`.
+pub struct ScheduleIdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ScheduleIdPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<ScheduleIdPath, AppError> {
+        Path::<String>::from_request_parts(parts, state).await.map(|Path(id)| ScheduleIdPath(id)).map_err(|_| AppError::ScheduleNotFound)
+    }
+}

@@ -10,5 +10,6 @@ pub mod imports;
 pub mod oidc;
 pub mod openapi;
 pub mod page;
+pub mod schedules;
 pub mod session;
 pub mod uploads;

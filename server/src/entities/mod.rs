@@ -10,6 +10,8 @@ pub mod jobs;
 pub mod login_throttle;
 pub mod oidc_sign_ins;
 pub mod orders;
+pub mod schedule_revisions;
+pub mod schedules;
 pub mod sessions;
 pub mod settings;
 pub mod signing_keys;

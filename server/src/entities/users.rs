@@ -22,6 +22,8 @@ pub struct Model {
     pub contact_email: Option<String>,
     /// A role set by `exportd user set-role`, which later claims do not change.
     pub role_pinned: bool,
+    /// For a schedule's service identity, its schedule: such a user cannot sign in.
+    pub schedule_id: Option<String>,
 }
 
 /// No relations are navigated through the ORM; queries join explicitly.

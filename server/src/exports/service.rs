@@ -112,7 +112,42 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
     insert_new(state, actor, key, &fp, &request, &resolved, report.digest()).await
 }
 
-async fn insert_new(
+/// What a schedule's run made of its window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScheduledRun {
+    /// The window's operation, made now.
+    Created(String),
+    /// The window had its operation already.
+    AlreadyRan,
+}
+
+/// Creates a schedule's export of one window under its service identity `actor`, whose role is
+/// already the lesser of the schedule's and its owner's: the same checks as any create, under
+/// the key that makes the window once, exempt from the per-actor limit (contract §15).
+pub async fn create_scheduled(state: &ServiceContext, actor: &Actor, key: &str, request: &ExportRequest) -> Result<ScheduledRun, AppError> {
+    ensure_may_export(actor)?;
+    if find_by_key(&state.db, actor, key).await?.is_some() {
+        return Ok(ScheduledRun::AlreadyRan);
+    }
+    if state.drain.is_on(&state.db).await? {
+        return Err(AppError::CreationPaused { retry_after_secs: crate::operations::DRAIN_RETRY_AFTER_SECS });
+    }
+    let fp = fingerprint_of(request).map_err(|e| AppError::Internal(format!("request serialisation: {e}")))?;
+    let report = validate(&state.config.catalog, request, actor.role)?.report;
+    let (resolved, _) = resolve(report, request, actor.role, &actor.deployment, state.clock.now())?;
+    match insert_job(state, actor, key, &fp, request, &resolved, report.digest(), u64::MAX).await? {
+        Intake::Created(row) => {
+            state.wakeup.wake();
+            Ok(ScheduledRun::Created(row.id))
+        }
+        Intake::Bound(_) => Ok(ScheduledRun::AlreadyRan),
+        Intake::Full => Err(AppError::Internal("a schedule's run met the per-actor limit it is exempt from".into())),
+    }
+}
+
+/// The new operation's row, for `actor` under `key`, with at most `max_active` unfinished.
+#[allow(clippy::too_many_arguments)]
+async fn insert_job(
     state: &ServiceContext,
     actor: &Actor,
     key: &str,
@@ -120,7 +155,8 @@ async fn insert_new(
     request: &ExportRequest,
     resolved: &ResolvedContract,
     schema_digest: String,
-) -> Result<CreateOutcome, AppError> {
+    max_active: u64,
+) -> Result<Intake, AppError> {
     let job = NewJob {
         kind: JobKind::Export,
         key,
@@ -132,7 +168,19 @@ async fn insert_new(
         upload_id: None,
         schema_digest,
     };
-    match intake::create(&state.db, owner(actor), job, state.config.max_active_per_actor).await? {
+    Ok(intake::create(&state.db, owner(actor), job, max_active).await?)
+}
+
+async fn insert_new(
+    state: &ServiceContext,
+    actor: &Actor,
+    key: &str,
+    fp: &str,
+    request: &ExportRequest,
+    resolved: &ResolvedContract,
+    schema_digest: String,
+) -> Result<CreateOutcome, AppError> {
+    match insert_job(state, actor, key, fp, request, resolved, schema_digest, state.config.max_active_per_actor).await? {
         Intake::Created(row) => {
             state.wakeup.wake();
             // The row as inserted: a worker may claim it at once, but the answer to this
@@ -151,12 +199,11 @@ pub async fn find_own<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Re
     if !crate::service::ids::is_export_id(id) {
         return Err(AppError::ExportNotFound);
     }
-    jobs::Entity::find_by_id(id.to_owned())
-        .filter(jobs::Column::TenantId.eq(&actor.tenant_id))
-        .filter(jobs::Column::ActorId.eq(&actor.user_id))
-        .one(db)
-        .await?
-        .ok_or(AppError::ExportNotFound)
+    let m = jobs::Entity::find_by_id(id.to_owned()).filter(jobs::Column::TenantId.eq(&actor.tenant_id)).one(db).await?.ok_or(AppError::ExportNotFound)?;
+    if m.actor_id == actor.user_id || crate::schedules::admits(db, actor, &m.actor_id).await? {
+        return Ok(m);
+    }
+    Err(AppError::ExportNotFound)
 }
 
 

@@ -4,8 +4,8 @@
 //! roles they allow.
 
 use crate::auth::Role;
-use crate::entities::{jobs, users};
-use sea_orm::sea_query::{Expr, ExprTrait, Query};
+use crate::entities::{jobs, schedules, users};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait, JoinType, Query};
 
 /// What the job's actor must still be allowed to do for a fenced write to go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +49,20 @@ impl Permission {
         if stored_role {
             query.and_where(Expr::col((users::Entity, users::Column::Role)).is_in(self.roles()));
         }
+        // A schedule's service identity acts while its owner is active (with a stored role, and
+        // has a role that may do it): its role is the lesser of the schedule's and the owner's.
+        let owner = Alias::new("owner");
+        let mut owned = Query::select();
+        owned
+            .expr(Expr::val(1))
+            .from(schedules::Entity)
+            .join_as(JoinType::InnerJoin, users::Entity, owner.clone(), Expr::col((owner.clone(), users::Column::Id)).equals((schedules::Entity, schedules::Column::OwnerId)))
+            .and_where(Expr::col((schedules::Entity, schedules::Column::Id)).equals((users::Entity, users::Column::ScheduleId)))
+            .and_where(Expr::col((owner.clone(), users::Column::Active)).eq(true));
+        if stored_role {
+            owned.and_where(Expr::col((owner, users::Column::Role)).is_in(self.roles()));
+        }
+        query.and_where(Expr::col((users::Entity, users::Column::ScheduleId)).is_null().or(Expr::exists(owned.to_owned())));
         Expr::exists(query.to_owned())
     }
 }

@@ -44,10 +44,11 @@ pub enum CancelOutcome<V> {
     Requested(V),
 }
 
-/// Asks the job store to cancel the actor's job `m` and returns the job as it is after: moved,
-/// or (not in a cancellable state) as it is now.
+/// Asks the job store to cancel the job `m`, which the actor was admitted to (their own, or a
+/// schedule's run they own or administer), and returns the job as it is after: moved, or (not
+/// in a cancellable state) as it is now.
 pub async fn cancel_own(state: &ServiceContext, actor: &Actor, m: &jobs::Model) -> Result<jobs::Model, AppError> {
-    let by = transitions::Canceller::User { tenant_id: &actor.tenant_id, actor_id: &actor.user_id };
+    let by = transitions::Canceller::User { tenant_id: &actor.tenant_id, actor_id: &m.actor_id };
     Ok(match transitions::cancel(&state.db, &m.id, by).await? {
         Outcome::Moved(row) => *row,
         Outcome::NotMoved(_) => jobs::Entity::find_by_id(m.id.clone()).one(&state.db).await?.ok_or(AppError::ExportNotFound)?,
