@@ -123,7 +123,7 @@ pub async fn user_by_email<C: ConnectionTrait>(db: &C, email: &str) -> Result<us
 pub async fn person_by_email<C: ConnectionTrait>(db: &C, email: &str) -> Result<users::Model, AdminError> {
     let user = user_by_email(db, email).await?;
     if user.schedule_id.is_some() {
-        return Err(refused(format!("{:?} is a schedule's service identity: it has no token, and its role is its schedule's", user.email)));
+        return Err(refused(format!("{:?} is a schedule's service identity: it has no token and its schedule's role; pause or delete the schedule instead", user.email)));
     }
     Ok(user)
 }
@@ -132,7 +132,7 @@ pub async fn person_by_email<C: ConnectionTrait>(db: &C, email: &str) -> Result<
 /// every later check of their authority (a page, a link, a worker's fence) finds them inactive.
 pub async fn deactivate_user(db: &DatabaseConnection, email: &str, now_ms: i64) -> Result<(), AdminError> {
     let txn = begin_write(db).await?;
-    let user = user_by_email(&txn, email).await?;
+    let user = person_by_email(&txn, email).await?;
     users::Entity::update_many().col_expr(users::Column::Active, Expr::value(false)).filter(users::Column::Id.eq(&user.id)).exec(&txn).await?;
     sessions::Entity::update_many()
         .col_expr(sessions::Column::RevokedAt, Expr::value(now_ms))

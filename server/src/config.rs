@@ -192,7 +192,8 @@ impl Config {
             retry_base: Duration::from_millis(number("EXPORTD_RETRY_BASE_MS", 1000)?.max(1)),
             janitor_every: Duration::from_millis(number("EXPORTD_JANITOR_MS", 5000)?.max(10)),
             scheduler_every: Duration::from_millis(number("EXPORTD_SCHEDULER_MS", 1000)?.max(10)),
-            schedule_catch_up: number("EXPORTD_SCHEDULE_CATCH_UP", 3)? as usize,
+            // At least the window just due.
+            schedule_catch_up: number("EXPORTD_SCHEDULE_CATCH_UP", 3)?.max(1) as usize,
             sweep_every: Duration::from_millis(number("EXPORTD_SWEEP_MS", 60_000)?),
             orphan_margin: Duration::from_secs(number("EXPORTD_ORPHAN_MARGIN_SECS", 60)?),
             worker_connections: u32::try_from(number("EXPORTD_DB_CONNECTIONS", 32)?).unwrap_or(u32::MAX),

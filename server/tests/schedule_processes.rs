@@ -16,7 +16,7 @@ const DAY_MS: i64 = 86_400_000;
 
 /// Loops that look every 100 ms and say what they make.
 const FAST: (&str, &str) = ("EXPORTD_SCHEDULER_MS", "100");
-const LOGS: (&str, &str) = ("EXPORTD_LOG", "warn,exportd::fault=info,exportd::lifecycle=info,exportd::schedules=info");
+const LOGS: (&str, &str) = ("EXPORTD_LOG", "warn,exportd::fault=info,exportd::lifecycle=info,exportd::schedules=debug");
 
 /// A daily schedule of yesterday's orders, due at a time of day twelve hours from now (so no
 /// due time falls in the test by itself).
@@ -47,10 +47,6 @@ async fn runs(p: &Prepared, schedule: &str) -> Vec<Vec<String>> {
     rows(&db, &format!("SELECT idempotency_key, actor_id FROM jobs WHERE idempotency_key LIKE 'schedule:{schedule}:%' ORDER BY idempotency_key")).await
 }
 
-fn worker(p: &Prepared, label: &str, failpoints: &str) -> Proc {
-    p.worker(label, &[FAST, LOGS, ("FAILPOINTS", failpoints)], &[])
-}
-
 async fn exec(db: &sea_orm::DatabaseConnection, sql: &str) {
     use sea_orm::ConnectionTrait;
     db.execute_unprepared(sql).await.unwrap();
@@ -70,7 +66,7 @@ async fn until_runs(db: &sea_orm::DatabaseConnection, schedule: &str, n: i64) {
 async fn three_scheduler_loops_one_killed_at_the_due_time_make_each_window_once_by_the_service_identity_and_catch_up_after_downtime() {
     let p = Prepared::new(Backend::Postgres, 300).await;
     let alice = p.run_ok(&["token", "create", "alice@acme.test"]).await.trim().to_owned();
-    // Loop a: the API's own, which stops at every due time until it is killed.
+    // Loop a: the API's own, which stops at the due time until it is killed.
     let (mut a, base) = p.api_with(&[FAST, LOGS, ("FAILPOINTS", "schedule_before_create=pause")]).await;
     let (status, schedule) = create_schedule(&base, &alice, &daily()).await;
     assert_eq!(status, 201, "{schedule}");
@@ -78,17 +74,17 @@ async fn three_scheduler_loops_one_killed_at_the_due_time_make_each_window_once_
     let (again, replayed) = create_schedule(&base, &alice, &daily()).await;
     assert_eq!((again, replayed["id"].as_str()), (200, Some(id.as_str())), "the same key and body answer the same schedule");
 
-    // Loops b and c wait two seconds at the due time, so both go on to create the same window.
-    let mut b = worker(&p, "b", "schedule_before_create=sleep(2000)");
-    let mut c = worker(&p, "c", "schedule_before_create=sleep(2000)");
-    b.wait_line(&["worker started"], LONG).await;
-    c.wait_line(&["worker started"], LONG).await;
+    // The due time comes while only loop a runs: it stops there, holding the schedule.
     let db = p.connect().await;
     exec(&db, &format!("UPDATE schedules SET active_since = active_since - {DAY_MS} WHERE id = '{id}'")).await;
     let at_due = format!("schedule:{id}:");
     let line = a.wait_line(&["schedule_before_create", &at_due], LONG).await;
-    b.wait_line(&["schedule_before_create", &at_due], LONG).await;
-    c.wait_line(&["schedule_before_create", &at_due], LONG).await;
+    // Loops b and c start and find the window due but held (their lock waits give up).
+    let mut b = p.worker("b", &[FAST, LOGS], &[]);
+    let mut c = p.worker("c", &[FAST, LOGS], &[]);
+    b.wait_line(&["runs were not made", &id], LONG).await;
+    c.wait_line(&["runs were not made", &id], LONG).await;
+    assert_eq!(scalar(&db, &format!("SELECT COUNT(*) FROM jobs WHERE idempotency_key LIKE '{at_due}%'")).await, 0, "a holds the window");
     a.signal("KILL");
     a.wait_exit(LONG).await;
     until_runs(&db, &id, 1).await;
@@ -140,10 +136,21 @@ async fn three_scheduler_loops_one_killed_at_the_due_time_make_each_window_once_
     assert_eq!(shown["service_identity"], format!("schedule:{id}"));
     let bob = reqwest::Client::new().get(format!("{base}/api/exports/{run}")).bearer_auth(&p.token).send().await.unwrap();
     assert_eq!(bob.status().as_u16(), 404, "not bob's, nor his schedule's");
+    let gina = p.run_ok(&["token", "create", "gina@globex.test"]).await.trim().to_owned();
+    let other_tenant = reqwest::Client::new().get(format!("{base}/api/exports/{run}")).bearer_auth(&gina).send().await.unwrap();
+    assert_eq!(other_tenant.status().as_u16(), 404, "another tenant's admin");
+}
+
+/// Waits until `proc` has ended a whole scheduler pass begun after its line `seen`: the first
+/// pass to end after it may have begun before, the next one did not.
+async fn whole_pass_after(proc: &Proc, seen: usize) {
+    proc.next_line(seen, &["scheduler pass ended"], LONG).await.expect("a pass");
+    let after_first = proc.line_count();
+    proc.next_line(after_first, &["scheduler pass ended"], LONG).await.expect("a whole pass");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_revoked_owner_pauses_the_schedule_and_a_paused_schedule_makes_nothing_at_its_due_time() {
+async fn a_paused_schedule_makes_nothing_at_its_due_time_even_after_resuming_and_a_revoked_owner_pauses_it() {
     let p = Prepared::new(Backend::Postgres, 50).await;
     let alice = p.run_ok(&["token", "create", "alice@acme.test"]).await.trim().to_owned();
     let (api, base) = p.api_with(&[FAST, LOGS]).await;
@@ -153,24 +160,20 @@ async fn a_revoked_owner_pauses_the_schedule_and_a_paused_schedule_makes_nothing
     let db = p.connect().await;
     let client = reqwest::Client::new();
 
-    // Paused by its owner while a due time comes; a second, active schedule shows the loop ran.
+    // Paused a day ago, so that its due time came while it was paused.
     let paused = client.post(format!("{base}/api/schedules/{id}/pause")).bearer_auth(&alice).send().await.unwrap();
     assert_eq!(paused.status().as_u16(), 200);
-    let mut other = daily();
-    other["report"] = json!("customers");
-    let made = client.post(format!("{base}/api/schedules")).bearer_auth(&alice).header("Idempotency-Key", "control").json(&other).send().await.unwrap();
-    assert_eq!(made.status().as_u16(), 201);
-    let control = text(&db, "SELECT id FROM schedules WHERE idempotency_key = 'control'").await.unwrap();
-    let seen = api.line_count();
-    exec(&db, &format!("UPDATE schedules SET active_since = active_since - {DAY_MS} WHERE id IN ('{id}', '{control}')")).await;
-    api.next_line(seen, &["schedule run created", &control], LONG).await.expect("the active schedule ran");
+    exec(&db, &format!("UPDATE schedules SET active_since = active_since - {DAY_MS}, paused_at = paused_at - {DAY_MS} WHERE id = '{id}'")).await;
+    whole_pass_after(&api, api.line_count()).await;
     assert_eq!(scalar(&db, &format!("SELECT COUNT(*) FROM jobs WHERE idempotency_key LIKE 'schedule:{id}:%'")).await, 0, "paused: nothing at its due time");
-
-    // Resumed, its owner deactivated: at the next due time it pauses instead of running.
     let resumed = client.post(format!("{base}/api/schedules/{id}/resume")).bearer_auth(&alice).send().await.unwrap();
     assert_eq!(resumed.status().as_u16(), 200);
+    whole_pass_after(&api, api.line_count()).await;
+    assert_eq!(scalar(&db, &format!("SELECT COUNT(*) FROM jobs WHERE idempotency_key LIKE 'schedule:{id}:%'")).await, 0, "resumed: the window that fell while paused never runs");
+
+    // Its owner deactivated, the next due time pauses it instead of running.
     p.run_ok(&["user", "deactivate", "alice@acme.test"]).await;
-    exec(&db, &format!("UPDATE schedules SET active_since = active_since - {DAY_MS} WHERE id = '{id}'")).await;
+    exec(&db, &format!("UPDATE schedules SET skip_from = NULL, skip_until = NULL WHERE id = '{id}'")).await;
     eventually("the schedule paused for its owner", LONG, || {
         let db = db.clone();
         let sql = format!("SELECT paused_reason FROM schedules WHERE id = '{id}' AND paused");
@@ -178,4 +181,36 @@ async fn a_revoked_owner_pauses_the_schedule_and_a_paused_schedule_makes_nothing
     })
     .await;
     assert_eq!(scalar(&db, &format!("SELECT COUNT(*) FROM jobs WHERE idempotency_key LIKE 'schedule:{id}:%'")).await, 0, "an inactive owner's schedule makes nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_owner_pauses_the_schedule_and_a_run_needing_an_admin_is_refused_by_the_worker() {
+    let p = Prepared::new(Backend::Postgres, 50).await;
+    let alice = p.run_ok(&["token", "create", "alice@acme.test"]).await.trim().to_owned();
+    // A worker that holds each run at its first step until the owner has been demoted.
+    let (_api, base) = p.api_with(&[FAST, LOGS]).await;
+    let mut body = daily();
+    body["role"] = json!("admin");
+    body["columns"] = json!(["order_id", "customer_email"]);
+    let (status, schedule) = create_schedule(&base, &alice, &body).await;
+    assert_eq!(status, 201, "{schedule}");
+    let id = schedule["id"].as_str().unwrap().to_owned();
+    let db = p.connect().await;
+    exec(&db, &format!("UPDATE schedules SET active_since = active_since - {DAY_MS} WHERE id = '{id}'")).await;
+    until_runs(&db, &id, 1).await;
+    let run = text(&db, &format!("SELECT id FROM jobs WHERE idempotency_key LIKE 'schedule:{id}:%'")).await.unwrap();
+    p.run_ok(&["user", "set-role", "alice@acme.test", "analyst"]).await;
+    let worker = p.worker("w", &[LOGS], &[]);
+    let api = Api::new(&base, &alice);
+    let ended = api.wait_status(&run, &["ready", "failed", "cancelled"], LONG).await;
+    assert_eq!(ended["status"], "failed", "the lesser role is an analyst's, who may not export an email: {ended}");
+    exec(&db, &format!("UPDATE schedules SET last_due = last_due - {DAY_MS} WHERE id = '{id}'")).await;
+    eventually("the schedule paused for its owner", LONG, || {
+        let db = db.clone();
+        let sql = format!("SELECT paused_reason FROM schedules WHERE id = '{id}' AND paused");
+        async move { text(&db, &sql).await.as_deref() == Some("owner_demoted") }
+    })
+    .await;
+    assert_eq!(scalar(&db, &format!("SELECT COUNT(*) FROM jobs WHERE idempotency_key LIKE 'schedule:{id}:%'")).await, 1, "nothing more after the demotion");
+    drop(worker);
 }

@@ -45,11 +45,13 @@ on_both_backends!(only_an_admin_makes_a_schedule_and_a_key_answers_the_same_one_
     assert_eq!(app.scalar("SELECT COUNT(*) FROM schedules").await, 1);
     assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM users WHERE schedule_id = '{id}' AND email = 'schedule:{id}'")).await, 1, "one service identity");
 
-    // The service identity cannot sign in, nor be given a token or a role.
-    let login = app.anonymous().post(app.url("/api/session")).json(&json!({"email": format!("schedule:{id}"), "password": "!"})).send().await.unwrap();
-    assert_eq!(login.status(), 401);
+    // The service identity cannot sign in (no password verifies "!", and it has no provider
+    // identity), nor be given a token, a role, or be deactivated behind its schedule's back.
+    assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM users WHERE schedule_id = '{id}' AND password_hash = '!' AND oidc_subject IS NULL")).await, 1);
     assert_ne!(app.cli(&["token", "create", &format!("schedule:{id}")]).await, 0);
     assert_ne!(app.cli(&["user", "set-role", &format!("schedule:{id}"), "admin"]).await, 0);
+    assert_ne!(app.cli(&["user", "deactivate", &format!("schedule:{id}")]).await, 0);
+    assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE u.schedule_id = '{id}'")).await, 0);
     app.stop().await;
 });
 

@@ -22,10 +22,14 @@ use axum::Json;
         (status = 200, description = "The schedule this key made (Idempotent-Replayed: true)", body = ScheduleView),
         (status = 400, description = "idempotency-key-missing, idempotency-key-invalid or malformed-json", body = app::Problem, content_type = "application/problem+json"),
         (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "schedule-not-permitted (not an admin) or export-not-permitted", body = app::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid-request or idempotency-key-reused", body = app::Problem, content_type = "application/problem+json")
+        (status = 403, description = "schedule-not-permitted (not an admin), export-not-permitted or cross-origin", body = app::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "body-too-large", body = app::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type", body = app::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid-request or idempotency-key-reused", body = app::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: a bounded wait gave up; nothing changed", body = app::Problem, content_type = "application/problem+json")
     ))]
 pub async fn create(State(state): State<AppState>, actor: Actor, headers: HeaderMap, RawBody(body): RawBody) -> Result<Response, AppError> {
+    schedules::ensure_admin(&actor)?;
     let key = IdempotencyKey::from_header_values(headers.get_all("idempotency-key").iter().map(|v| v.as_bytes()))?;
     require_json(&headers)?;
     let request = crate::service::requests::parse_json(&body)?;
@@ -44,7 +48,8 @@ pub async fn create(State(state): State<AppState>, actor: Actor, headers: Header
 #[utoipa::path(get, path = "/api/schedules", tag = "schedules", operation_id = "list_schedules",
     responses((status = 200, description = "The tenant's schedules, newest first", body = ScheduleList),
         (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "schedule-not-permitted", body = app::Problem, content_type = "application/problem+json")))]
+        (status = 403, description = "schedule-not-permitted (not an admin) or cross-origin", body = app::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: a bounded wait gave up; nothing changed", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn list(State(state): State<AppState>, actor: Actor) -> Result<Json<ScheduleList>, AppError> {
     Ok(Json(schedules::list(&state, &actor).await?))
 }
@@ -53,7 +58,9 @@ pub async fn list(State(state): State<AppState>, actor: Actor) -> Result<Json<Sc
 #[utoipa::path(get, path = "/api/schedules/{id}", tag = "schedules", operation_id = "show_schedule",
     params(("id" = String, Path, description = "sch_…")),
     responses((status = 200, description = "The schedule and its recent runs, newest first", body = ScheduleView),
-        (status = 403, description = "schedule-not-permitted", body = app::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "schedule-not-permitted (not an admin) or cross-origin", body = app::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: a bounded wait gave up; nothing changed", body = app::Problem, content_type = "application/problem+json"),
         (status = 404, description = "schedule-not-found", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn show(State(state): State<AppState>, actor: Actor, ScheduleIdPath(id): ScheduleIdPath) -> Result<Json<ScheduleView>, AppError> {
     Ok(Json(schedules::show(&state, &actor, &id).await?))
@@ -64,10 +71,16 @@ pub async fn show(State(state): State<AppState>, actor: Actor, ScheduleIdPath(id
     params(("id" = String, Path, description = "sch_…")),
     request_body = app::schedules::ScheduleRequest,
     responses((status = 200, description = "The schedule at its new revision", body = ScheduleView),
-        (status = 403, description = "schedule-not-permitted", body = app::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "schedule-not-permitted (not an admin), export-not-permitted or cross-origin", body = app::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: a bounded wait gave up; nothing changed", body = app::Problem, content_type = "application/problem+json"),
         (status = 404, description = "schedule-not-found", body = app::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "malformed-json", body = app::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "body-too-large", body = app::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type", body = app::Problem, content_type = "application/problem+json"),
         (status = 422, description = "invalid-request", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn update(State(state): State<AppState>, actor: Actor, ScheduleIdPath(id): ScheduleIdPath, headers: HeaderMap, RawBody(body): RawBody) -> Result<Json<ScheduleView>, AppError> {
+    schedules::ensure_admin(&actor)?;
     require_json(&headers)?;
     let request = crate::service::requests::parse_json(&body)?;
     Ok(Json(schedules::update(&state, &actor, &id, request).await?))
@@ -77,6 +90,9 @@ pub async fn update(State(state): State<AppState>, actor: Actor, ScheduleIdPath(
 #[utoipa::path(post, path = "/api/schedules/{id}/pause", tag = "schedules", operation_id = "pause_schedule",
     params(("id" = String, Path, description = "sch_…")),
     responses((status = 200, description = "The schedule, paused: its windows do not run", body = ScheduleView),
+        (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "schedule-not-permitted (not an admin) or cross-origin", body = app::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: a bounded wait gave up; nothing changed", body = app::Problem, content_type = "application/problem+json"),
         (status = 404, description = "schedule-not-found", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn pause(State(state): State<AppState>, actor: Actor, ScheduleIdPath(id): ScheduleIdPath) -> Result<Json<ScheduleView>, AppError> {
     Ok(Json(schedules::set_paused(&state, &actor, &id, true).await?))
@@ -85,7 +101,10 @@ pub async fn pause(State(state): State<AppState>, actor: Actor, ScheduleIdPath(i
 /// `POST /api/schedules/{id}/resume`.
 #[utoipa::path(post, path = "/api/schedules/{id}/resume", tag = "schedules", operation_id = "resume_schedule",
     params(("id" = String, Path, description = "sch_…")),
-    responses((status = 200, description = "The schedule, active from now: windows that fell while paused never run", body = ScheduleView),
+    responses((status = 200, description = "The schedule, active again: windows that fell while paused never run", body = ScheduleView),
+        (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "schedule-not-permitted (not an admin) or cross-origin", body = app::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: a bounded wait gave up; nothing changed", body = app::Problem, content_type = "application/problem+json"),
         (status = 404, description = "schedule-not-found", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn resume(State(state): State<AppState>, actor: Actor, ScheduleIdPath(id): ScheduleIdPath) -> Result<Json<ScheduleView>, AppError> {
     Ok(Json(schedules::set_paused(&state, &actor, &id, false).await?))
@@ -95,6 +114,9 @@ pub async fn resume(State(state): State<AppState>, actor: Actor, ScheduleIdPath(
 #[utoipa::path(delete, path = "/api/schedules/{id}", tag = "schedules", operation_id = "delete_schedule",
     params(("id" = String, Path, description = "sch_…")),
     responses((status = 204, description = "Deleted"),
+        (status = 401, description = "not signed in", body = app::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "schedule-not-permitted (not an admin) or cross-origin", body = app::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: a bounded wait gave up; nothing changed", body = app::Problem, content_type = "application/problem+json"),
         (status = 404, description = "schedule-not-found", body = app::Problem, content_type = "application/problem+json")))]
 pub async fn delete(State(state): State<AppState>, actor: Actor, ScheduleIdPath(id): ScheduleIdPath) -> Result<StatusCode, AppError> {
     schedules::delete(&state, &actor, &id).await?;

@@ -22,7 +22,13 @@ pub struct Model {
     pub paused: bool,
     /// Why it was paused, when the owner did not: `owner_inactive`, `owner_demoted`.
     pub paused_reason: Option<String>,
-    /// The moment from which its due times run (its creation, or its latest resumption).
+    /// When it was paused, while it is.
+    pub paused_at: Option<i64>,
+    /// The span of its latest pause, `(skip_from, skip_until]`, whose due times never run.
+    pub skip_from: Option<i64>,
+    /// See `skip_from`.
+    pub skip_until: Option<i64>,
+    /// The moment from which its due times run (its creation).
     pub active_since: i64,
     /// The latest due time it has run.
     pub last_due: Option<i64>,

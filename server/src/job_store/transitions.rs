@@ -544,12 +544,14 @@ pub async fn hand_back(db: &DatabaseConnection, job: &jobs::Model, by: Mover<'_>
 /// Who asks for a cancel.
 #[derive(Debug, Clone, Copy)]
 pub enum Canceller<'a> {
-    /// A user, of their own export only.
+    /// A user, of a job of `actor_id` (their own, or a run of a schedule they own or administer).
     User {
         /// The user's tenant.
         tenant_id: &'a str,
-        /// The user.
+        /// The job's actor.
         actor_id: &'a str,
+        /// The user who cancels, whom the audit names.
+        by: &'a str,
     },
     /// An operator at the command line, of any export.
     Operator,
@@ -566,9 +568,9 @@ pub async fn cancel(db: &DatabaseConnection, id: &str, by: Canceller<'_>) -> Res
         .col_expr(jobs::Column::NextAttemptAt, none::<i64>())
         .filter(jobs::Column::Status.is_in([Queued.as_str(), RetryWait.as_str(), Running.as_str()]));
     let mover = match by {
-        Canceller::User { tenant_id, actor_id } => {
+        Canceller::User { tenant_id, actor_id, by } => {
             update = update.filter(jobs::Column::TenantId.eq(tenant_id)).filter(jobs::Column::ActorId.eq(actor_id));
-            Mover::User(actor_id)
+            Mover::User(by)
         }
         Canceller::Operator => Mover::Operator,
     };

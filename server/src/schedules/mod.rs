@@ -30,11 +30,11 @@ pub async fn admits<C: ConnectionTrait>(db: &C, actor: &Actor, job_actor: &str) 
     let schedule: Option<Option<String>> = users::Entity::find_by_id(job_actor.to_owned()).select_only().column(users::Column::ScheduleId).into_tuple().one(db).await?;
     let Some(Some(schedule)) = schedule else { return Ok(false) };
     let Some(s) = schedules::Entity::find_by_id(schedule).filter(schedules::Column::TenantId.eq(&actor.tenant_id)).one(db).await? else { return Ok(false) };
-    Ok(s.owner_id == actor.user_id || actor.role == Role::Admin)
+    Ok(s.owner_id == actor.user_id || actor.role_now()? == Role::Admin)
 }
 
-/// Only an admin manages schedules.
-fn ensure_admin(actor: &Actor) -> Result<(), AppError> {
+/// Only an admin manages schedules: asked before anything else of a request.
+pub fn ensure_admin(actor: &Actor) -> Result<(), AppError> {
     match actor.role_now()? {
         Role::Admin => Ok(()),
         _ => Err(AppError::ScheduleNotPermitted),
@@ -131,6 +131,11 @@ fn role_of(role: ScheduleRole) -> Role {
 /// Checks a request as a create would: its plan, and its export as the service identity would
 /// make it (report, filters, columns, options) with the lesser of its role and the owner's.
 fn validate(state: &ServiceContext, actor: &Actor, raw: Value) -> Result<ScheduleRequest, AppError> {
+    let mut errors = Vec::new();
+    crate::exports::validate::control_characters(&raw, "", &mut errors);
+    if !errors.is_empty() {
+        return Err(AppError::InvalidRequest(errors));
+    }
     let request: ScheduleRequest = crate::service::requests::typed_request(raw)?;
     let plan = plan(&request).map_err(AppError::InvalidRequest)?;
     let role = role_of(request.role).lesser(actor.role_now()?);
@@ -143,7 +148,10 @@ fn validate(state: &ServiceContext, actor: &Actor, raw: Value) -> Result<Schedul
 /// Creates a schedule owned by `actor` under `key`, or answers the one `key` made (`true`).
 pub async fn create(state: &ServiceContext, actor: &Actor, key: &str, raw: Value) -> Result<(ScheduleView, bool), AppError> {
     ensure_admin(actor)?;
-    let fingerprint = crate::service::canonical::fingerprint(&raw);
+    // The request with its defaults filled in, so a retry that spells a default out is the same
+    // intent; a body that does not read is fingerprinted as sent.
+    let typed = crate::service::requests::typed_request::<ScheduleRequest>(raw.clone()).ok().and_then(|r| serde_json::to_value(r).ok());
+    let fingerprint = crate::service::canonical::fingerprint(typed.as_ref().unwrap_or(&raw));
     if let Some(existing) = find_by_key(&state.db, actor, key).await? {
         return replay(state, &existing, &fingerprint).await;
     }
@@ -179,6 +187,9 @@ pub async fn create(state: &ServiceContext, actor: &Actor, key: &str, raw: Value
         revision: Set(1),
         paused: Set(false),
         paused_reason: Set(None),
+        paused_at: Set(None),
+        skip_from: Set(None),
+        skip_until: Set(None),
         active_since: Set(now),
         last_due: Set(None),
         deleted_at: Set(None),
@@ -218,6 +229,17 @@ async fn replay(state: &ServiceContext, existing: &schedules::Model, fingerprint
 /// The tenant's schedule `id`, for an admin of the tenant.
 async fn find<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Result<schedules::Model, AppError> {
     schedules::Entity::find_by_id(id.to_owned()).filter(schedules::Column::TenantId.eq(&actor.tenant_id)).one(db).await?.ok_or(AppError::ScheduleNotFound)
+}
+
+/// The tenant's schedule `id`, its row held until the transaction ends (on PostgreSQL; SQLite's
+/// write transaction holds the whole database).
+async fn find_locked<C: ConnectionTrait>(db: &C, actor: &Actor, id: &str) -> Result<schedules::Model, AppError> {
+    schedules::Entity::find_by_id(id.to_owned())
+        .filter(schedules::Column::TenantId.eq(&actor.tenant_id))
+        .lock_exclusive()
+        .one(db)
+        .await?
+        .ok_or(AppError::ScheduleNotFound)
 }
 
 /// The revision of schedule `id` current at `at` (ms), or the first.
@@ -322,7 +344,10 @@ pub async fn update(state: &ServiceContext, actor: &Actor, id: &str, raw: Value)
     let request = validate(state, actor, raw)?;
     let json = serde_json::to_string(&request).map_err(|e| AppError::Internal(e.to_string()))?;
     let txn = crate::job_store::begin_write(&state.db).await?;
-    let s = find(&txn, actor, id).await?;
+    // The row is held until the commit, and the clock read after it is: a scheduler loop reading
+    // the revisions (under a share of the row) sees this one committed or not yet begun, so every
+    // loop finds the same revision current at a due time.
+    let s = find_locked(&txn, actor, id).await?;
     if s.deleted_at.is_some() {
         txn.rollback().await?;
         return Err(AppError::ScheduleNotFound);
@@ -344,22 +369,31 @@ pub async fn update(state: &ServiceContext, actor: &Actor, id: &str, raw: Value)
 }
 
 /// `POST /api/schedules/{id}/pause` (`true`) and `…/resume` (`false`): windows that fall while
-/// paused never run.
+/// paused never run; those due before the pause still do.
 pub async fn set_paused(state: &ServiceContext, actor: &Actor, id: &str, paused: bool) -> Result<ScheduleView, AppError> {
     ensure_admin(actor)?;
     let txn = crate::job_store::begin_write(&state.db).await?;
-    let s = find(&txn, actor, id).await?;
+    let s = find_locked(&txn, actor, id).await?;
     if s.deleted_at.is_some() {
         txn.rollback().await?;
         return Err(AppError::ScheduleNotFound);
     }
     let now = crate::db::db_now_ms(&txn).await?;
-    let was_paused = s.paused;
+    let (was_paused, paused_at) = (s.paused, s.paused_at);
     let mut active: schedules::ActiveModel = s.into();
-    active.paused = Set(paused);
-    active.paused_reason = Set(None);
-    if was_paused && !paused {
-        active.active_since = Set(now);
+    match (was_paused, paused) {
+        (false, true) => {
+            active.paused = Set(true);
+            active.paused_at = Set(Some(now));
+        }
+        (true, false) => {
+            active.paused = Set(false);
+            active.paused_reason = Set(None);
+            active.paused_at = Set(None);
+            active.skip_from = Set(Some(paused_at.unwrap_or(now)));
+            active.skip_until = Set(Some(now));
+        }
+        _ => {}
     }
     active.updated_at = Set(now);
     active.update(&txn).await?;
@@ -371,7 +405,7 @@ pub async fn set_paused(state: &ServiceContext, actor: &Actor, id: &str, paused:
 pub async fn delete(state: &ServiceContext, actor: &Actor, id: &str) -> Result<(), AppError> {
     ensure_admin(actor)?;
     let txn = crate::job_store::begin_write(&state.db).await?;
-    let s = find(&txn, actor, id).await?;
+    let s = find_locked(&txn, actor, id).await?;
     if s.deleted_at.is_none() {
         let now = crate::db::db_now_ms(&txn).await?;
         let mut active: schedules::ActiveModel = s.into();

@@ -48,7 +48,7 @@ pub enum CancelOutcome<V> {
 /// schedule's run they own or administer), and returns the job as it is after: moved, or (not
 /// in a cancellable state) as it is now.
 pub async fn cancel_own(state: &ServiceContext, actor: &Actor, m: &jobs::Model) -> Result<jobs::Model, AppError> {
-    let by = transitions::Canceller::User { tenant_id: &actor.tenant_id, actor_id: &m.actor_id };
+    let by = transitions::Canceller::User { tenant_id: &actor.tenant_id, actor_id: &m.actor_id, by: &actor.user_id };
     Ok(match transitions::cancel(&state.db, &m.id, by).await? {
         Outcome::Moved(row) => *row,
         Outcome::NotMoved(_) => jobs::Entity::find_by_id(m.id.clone()).one(&state.db).await?.ok_or(AppError::ExportNotFound)?,
