@@ -58,6 +58,10 @@ pub struct Counters {
     pub import_reports_settled: IntCounter,
     /// HTTP answers by route (its pattern) and status.
     pub http_requests: IntCounterVec,
+    /// Schedule runs this process's scheduler loop created, by schedule.
+    pub schedule_runs: IntCounterVec,
+    /// Seconds from a window's due time to the creation of its run.
+    pub schedule_lag: Histogram,
     exports: IntGaugeVec,
     imports: IntGaugeVec,
     oldest: IntGaugeVec,
@@ -100,6 +104,10 @@ impl Metrics {
         let export_duration = Histogram::with_opts(HistogramOpts::new("exportd_export_duration_seconds", "Seconds from claim to release of released attempts").buckets(buckets))
             .unwrap_or_else(|e| panic!("metric exportd_export_duration_seconds: {e}"));
         registry.register(Box::new(export_duration.clone())).unwrap_or_else(|e| panic!("metric exportd_export_duration_seconds: {e}"));
+        let lag_buckets = vec![0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0, 86_400.0];
+        let schedule_lag = Histogram::with_opts(HistogramOpts::new("exportd_schedule_lag_seconds", "Seconds from a window's due time to the creation of its run").buckets(lag_buckets))
+            .unwrap_or_else(|e| panic!("metric exportd_schedule_lag_seconds: {e}"));
+        registry.register(Box::new(schedule_lag.clone())).unwrap_or_else(|e| panic!("metric exportd_schedule_lag_seconds: {e}"));
         let r = &registry;
         // The names and labels above are constants, so registering cannot fail at run time; a
         // clash is a programming error found by the first test.
@@ -118,6 +126,8 @@ impl Metrics {
             import_batch_waits: counter(r, "exportd_import_batch_waits_total", "Import batches rolled back after a bounded wait and run again"),
             import_reports_settled: counter(r, "exportd_import_reports_settled_total", "Reports written for imports that ended failed or cancelled"),
             http_requests: counters(r, "exportd_http_requests_total", "HTTP answers by route and status", &["route", "status"]),
+            schedule_runs: counters(r, "exportd_schedule_runs_total", "Schedule runs this process's scheduler created, by schedule", &["schedule"]),
+            schedule_lag,
             exports: gauges(r, "exportd_exports", "Exports in the database by state"),
             imports: gauges(r, "exportd_imports", "Imports in the database by state"),
             oldest: gauges(r, "exportd_oldest_export_age_seconds", "Age of the oldest export in each state (0 when none)"),

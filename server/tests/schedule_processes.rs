@@ -8,7 +8,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::procs::{eventually, rows, scalar, text, Api, Prepared, Proc};
+use support::procs::{eventually, metric, metrics_page, rows, scalar, text, Api, Prepared, Proc};
 use support::Backend;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -198,6 +198,10 @@ async fn a_demoted_owner_pauses_the_schedule_and_a_run_needing_an_admin_is_refus
     let db = p.connect().await;
     exec(&db, &format!("UPDATE schedules SET active_since = active_since - {DAY_MS} WHERE id = '{id}'")).await;
     until_runs(&db, &id, 1).await;
+    let page = metrics_page(&base).await;
+    assert_eq!(metric(&page, &format!("exportd_schedule_runs_total{{schedule=\"{id}\"}}")), Some(1.0), "the run counted");
+    assert_eq!(metric(&page, "exportd_schedule_lag_seconds_count"), Some(1.0));
+    assert!(metric(&page, "exportd_schedule_lag_seconds_sum").is_some_and(|lag| lag > 3600.0), "its due time was hours before the run: {page}");
     let run = text(&db, &format!("SELECT id FROM jobs WHERE idempotency_key LIKE 'schedule:{id}:%'")).await.unwrap();
     p.run_ok(&["user", "set-role", "alice@acme.test", "analyst"]).await;
     let worker = p.worker("w", &[LOGS], &[]);

@@ -139,6 +139,8 @@ async fn runs<C: sea_orm::ConnectionTrait>(state: &ServiceContext, db: &C, s: &s
             Ok(ScheduledRun::Created(id)) => {
                 made += 1;
                 let lag = now - due_ms;
+                state.metrics.schedule_runs.with_label_values(&[s.id.as_str()]).inc();
+                state.metrics.schedule_lag.observe(lag as f64 / 1000.0);
                 tracing::info!(schedule = %s.id, operation = %id, window = %window.start_text(), lag_ms = lag, "schedule run created");
             }
             Ok(ScheduledRun::AlreadyRan) => {}
