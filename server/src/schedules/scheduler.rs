@@ -72,6 +72,10 @@ pub async fn pass(state: &ServiceContext) -> Result<usize, PassError> {
 /// time, and loops take a schedule's due times one after another. (SQLite's write transaction
 /// holds the whole database, and a SQLite deployment has one process.)
 async fn due(state: &ServiceContext, s: &schedules::Model, now: i64) -> Result<usize, PassError> {
+    // Most passes find nothing due: that costs one query, and takes no lock.
+    if !any_due(state, s, now).await? {
+        return Ok(0);
+    }
     if state.db.get_database_backend() != DbBackend::Postgres {
         return runs(state, &state.db, s, now).await;
     }
@@ -91,6 +95,13 @@ async fn due(state: &ServiceContext, s: &schedules::Model, now: i64) -> Result<u
             Err(e)
         }
     }
+}
+
+/// Whether `s` has a due time by `now`, as the pass read it (the held row decides).
+async fn any_due(state: &ServiceContext, s: &schedules::Model, now: i64) -> Result<bool, PassError> {
+    let Some(current) = super::revision_at(&state.db, &s.id, now).await? else { return Ok(false) };
+    let request: ScheduleRequest = serde_json::from_str(&current.request).map_err(|e| AppError::Internal(e.to_string()))?;
+    Ok(super::plan(&request).is_ok_and(|plan| !due_times(&plan, s, now, 1).is_empty()))
 }
 
 /// The due times of `s` by `now`: the latest `EXPORTD_SCHEDULE_CATCH_UP` since it last ran (or
@@ -118,8 +129,7 @@ async fn runs<C: sea_orm::ConnectionTrait>(state: &ServiceContext, db: &C, s: &s
     if due.is_empty() {
         return Ok(0);
     }
-    // The owner is asked only when a window is due: a pass over schedules with nothing due
-    // costs one query each.
+    // The owner is asked only when a window is due.
     let Some(actor) = service_identity(state, db, s).await? else { return Ok(0) };
     let mut made = 0;
     for (due_at, day) in due {
