@@ -88,6 +88,13 @@ if $want_tests; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "openpyxl==$openpyxl_version"
   fi
+  # The SMTP server the notification test sends its emails to (aiosmtpd, from PyPI).
+  aiosmtpd_version=1.4.6
+  venv="$HOME/.cache/exportd-aiosmtpd"
+  if ! "$venv/bin/python" -c "import aiosmtpd, sys; sys.exit(0 if aiosmtpd.__version__ == '$aiosmtpd_version' else 1)" 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "aiosmtpd==$aiosmtpd_version"
+  fi
   # The S3-protocol server the storage tests run against.
   moto_version=5.2.1
   if ! python3 -c "import moto.server, sys; sys.exit(0 if moto.__version__ == '$moto_version' else 1)" 2>/dev/null; then

@@ -173,7 +173,7 @@ impl Imports {
     fn send(self, mode: ImportMode) {
         let Some(chosen) = self.chosen.get_untracked() else { return };
         let on_error = self.on_error.get_untracked();
-        let request = ImportRequest { dataset: self.dataset.get_untracked(), upload: chosen.upload.upload, mode, on_error, max_errors: None };
+        let request = ImportRequest { dataset: self.dataset.get_untracked(), upload: chosen.upload.upload, mode, on_error, max_errors: None, notify: None };
         client::click(self, serde_json::value::to_raw_value(&request).ok());
     }
 

@@ -219,7 +219,27 @@ pub struct ExportRequest {
     /// `checkpointed` for exports too large to redo (SPEC §5.1).
     #[serde(default)]
     pub consistency: Consistency,
+    /// Whom to tell when it ends; absent, nobody (and the fingerprint is as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Notify>,
 }
+
+/// Whom to tell when an operation ends (contract §15): a signed webhook, emails, or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct Notify {
+    /// An `https://` URL to POST a signed webhook to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
+    /// Addresses to email.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub email: Vec<String>,
+    /// The email's language.
+    #[serde(default)]
+    pub language: FileLanguage,
+}
+
 
 impl ExportRequest {
     /// What the browser puts in an operation's `request`, which it never reads (the stored
@@ -240,6 +260,7 @@ impl ExportRequest {
             timezone: default_timezone(),
             options: ExportOptions::default(),
             consistency: Consistency::default(),
+            notify: None,
         }
     }
 }
@@ -804,6 +825,9 @@ pub struct ImportRequest {
     /// With `skip_invalid` only: more invalid rows than this fail the import.
     #[serde(default)]
     pub max_errors: Option<u64>,
+    /// Whom to tell when it ends; absent, nobody.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Notify>,
 }
 
 /// An import's file, by content.

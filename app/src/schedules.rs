@@ -1,7 +1,8 @@
 //! A schedule's request and views (SPEC §15): what `POST /api/schedules` takes and what the
 //! schedules API answers, shared by the server and the page.
 
-use crate::model::{ExportOptions, FileFormat, FileLanguage};
+pub use crate::model::Notify;
+use crate::model::{ExportOptions, FileFormat};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -70,22 +71,6 @@ pub enum ScheduleRole {
     Analyst,
     /// Every column, personal data included.
     Admin,
-}
-
-/// Whom to tell when a run ends.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
-pub struct Notify {
-    /// An `https://` URL to POST a signed webhook to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub webhook: Option<String>,
-    /// Addresses to email.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub email: Vec<String>,
-    /// The email's language.
-    #[serde(default)]
-    pub language: FileLanguage,
 }
 
 /// A schedule: the export to run and when.
@@ -171,4 +156,64 @@ pub struct ScheduleView {
 pub struct ScheduleList {
     /// The tenant's schedules, newest first.
     pub items: Vec<ScheduleView>,
+}
+
+/// What the page's schedule buttons do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleAction {
+    /// `POST …/pause`.
+    Pause,
+    /// `POST …/resume`.
+    Resume,
+    /// `DELETE`.
+    Delete,
+}
+
+/// One attempt of a notification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct NotificationAttempt {
+    /// Its number, from 1.
+    pub attempt: i32,
+    /// When it ended (RFC 3339).
+    pub at: String,
+    /// `delivered`, `rejected` (an answer other than 2xx, a redirect included), `refused` (the
+    /// target's address is not allowed), `timeout` or `error`.
+    pub outcome: String,
+    /// The HTTP status (webhooks) or SMTP reply code (emails), when there was one.
+    pub status_code: Option<i32>,
+}
+
+/// One delivery of an operation's notification: a webhook, or an email to one address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct NotificationView {
+    /// `msg_…`: the webhook's `webhook-id`, the same on every attempt.
+    pub id: String,
+    /// The operation it tells of.
+    pub operation: String,
+    /// `webhook` or `email`.
+    pub channel: String,
+    /// The webhook's URL or the email address.
+    pub target: String,
+    /// `export.ready`, `export.failed`, `export.cancelled`, `import.ready`, …
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// `pending`, `delivered` or `failed` (not delivered within 24 h of retries).
+    pub status: String,
+    /// Its attempts, oldest first.
+    pub attempts: Vec<NotificationAttempt>,
+    /// When the terminal transition wrote it (RFC 3339).
+    pub created_at: String,
+    /// While pending, when it is tried next.
+    pub next_attempt_at: Option<String>,
+}
+
+/// `GET /api/notifications?operation=ID`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct NotificationList {
+    /// Newest first.
+    pub items: Vec<NotificationView>,
 }

@@ -23,6 +23,7 @@ mod m20261206_000015_schema_digests;
 mod m20261206_000016_import_defaults;
 mod m20261206_000017_oidc_users;
 mod m20261207_000018_schedules;
+mod m20261207_000019_notifications;
 
 /// A customer's key in its tenant (SPEC §10): the email trimmed and lower-cased, computed here
 /// and never by the database, whose `lower()` differs between backends. The migration that
@@ -56,6 +57,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000016_import_defaults::Migration),
             Box::new(m20261206_000017_oidc_users::Migration),
             Box::new(m20261207_000018_schedules::Migration),
+            Box::new(m20261207_000019_notifications::Migration),
         ]
     }
 }

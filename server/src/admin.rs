@@ -63,6 +63,8 @@ pub async fn add_tenant(db: &DatabaseConnection, slug: &str, deployment: &str, s
     }
     .insert(&txn)
     .await?;
+    // Its webhooks' secret is made with it (contract §15).
+    crate::notifications::secrets::ensure(&txn, &tenant.id, now_ms).await?;
     txn.commit().await?;
     Ok(tenant)
 }

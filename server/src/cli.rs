@@ -114,6 +114,18 @@ pub enum Command {
         #[command(subcommand)]
         command: StoresCommand,
     },
+    /// Notifications of finished operations: webhooks and emails (docs/notifications.md).
+    Notifications {
+        /// What to do.
+        #[command(subcommand)]
+        command: NotificationsCommand,
+    },
+    /// The secret a tenant's webhooks are signed with.
+    WebhookSecret {
+        /// What to do.
+        #[command(subcommand)]
+        command: WebhookSecretCommand,
+    },
     /// The catalog of reports and datasets (docs/catalog.md).
     Catalog {
         /// What to do.
@@ -236,6 +248,44 @@ pub enum UserCommand {
         /// Only this tenant's (its slug).
         #[arg(long)]
         tenant: Option<String>,
+    },
+}
+
+/// `exportd notifications …`.
+#[derive(Debug, Subcommand)]
+pub enum NotificationsCommand {
+    /// List notifications, newest first: id, operation, channel, status, attempts, type, target
+    /// and the last attempt's outcome, tab-separated.
+    List {
+        /// Only this operation's.
+        #[arg(long)]
+        operation: Option<String>,
+        /// Only those in this status: pending, delivered or failed.
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+    },
+    /// Send a notification again from now (same id), retried for another 24 h.
+    Redeliver {
+        /// The notification's id (msg_…).
+        id: String,
+    },
+}
+
+/// `exportd webhook-secret …`.
+#[derive(Debug, Subcommand)]
+pub enum WebhookSecretCommand {
+    /// Print the tenant's secret, making it if the tenant has none.
+    Show {
+        /// The tenant's slug or id.
+        tenant: String,
+    },
+    /// Replace the tenant's secret and print the new one; the old one also signs for 24 h.
+    Rotate {
+        /// The tenant's slug or id.
+        tenant: String,
     },
 }
 

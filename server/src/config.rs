@@ -54,6 +54,8 @@ pub struct Config {
     /// How many missed windows of a schedule run after downtime, the latest, oldest first
     /// (`EXPORTD_SCHEDULE_CATCH_UP`, default 3).
     pub schedule_catch_up: usize,
+    /// How notifications of finished operations are delivered (contract §15).
+    pub notify: NotifyConfig,
     /// How often the janitor also sweeps the object stores (`EXPORTD_SWEEP_MS`, default 60000).
     pub sweep_every: Duration,
     /// How much older than a lease an object under `exports/` that no finished job points at
@@ -194,6 +196,13 @@ impl Config {
             scheduler_every: Duration::from_millis(number("EXPORTD_SCHEDULER_MS", 1000)?.max(10)),
             // At least the window just due.
             schedule_catch_up: number("EXPORTD_SCHEDULE_CATCH_UP", 3)?.max(1) as usize,
+            notify: NotifyConfig {
+                retry: Duration::from_secs(number("EXPORTD_WEBHOOK_RETRY_SECS", 5)?.max(1)),
+                allow_private: std::env::var("EXPORTD_WEBHOOK_ALLOW_PRIVATE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")),
+                smtp_url: std::env::var("EXPORTD_SMTP_URL").ok().filter(|v| !v.trim().is_empty()),
+                smtp_from: std::env::var("EXPORTD_SMTP_FROM").ok().filter(|v| !v.trim().is_empty()),
+                every: Duration::from_millis(number("EXPORTD_NOTIFY_MS", 1000)?.max(10)),
+            },
             sweep_every: Duration::from_millis(number("EXPORTD_SWEEP_MS", 60_000)?),
             orphan_margin: Duration::from_secs(number("EXPORTD_ORPHAN_MARGIN_SECS", 60)?),
             worker_connections: u32::try_from(number("EXPORTD_DB_CONNECTIONS", 32)?).unwrap_or(u32::MAX),
@@ -234,6 +243,7 @@ impl Config {
             janitor_every: Duration::from_millis(5000),
             scheduler_every: Duration::from_millis(1000),
             schedule_catch_up: 3,
+            notify: NotifyConfig::default(),
             sweep_every: Duration::from_millis(60_000),
             orphan_margin: Duration::from_secs(60),
             worker_connections: 32,
@@ -325,6 +335,30 @@ impl WorkerConfig {
     /// Whether this worker serves `deployment`.
     pub fn serves(&self, deployment: &str) -> bool {
         self.deployments.is_empty() || self.deployments.iter().any(|d| d.eq_ignore_ascii_case(deployment))
+    }
+}
+
+/// How notifications are delivered (contract §15).
+#[derive(Debug, Clone)]
+pub struct NotifyConfig {
+    /// The first wait before a webhook is tried again, doubling (`EXPORTD_WEBHOOK_RETRY_SECS`,
+    /// default 5); an email waits the same.
+    pub retry: Duration,
+    /// `EXPORTD_WEBHOOK_ALLOW_PRIVATE=1`: webhooks may go to `http://` and to private, loopback
+    /// and other non-global addresses (tests, closed networks).
+    pub allow_private: bool,
+    /// The SMTP server emails go through (`EXPORTD_SMTP_URL`); unset: emails are not sent and
+    /// a request that asks for one is refused.
+    pub smtp_url: Option<String>,
+    /// The sender of emails (`EXPORTD_SMTP_FROM`).
+    pub smtp_from: Option<String>,
+    /// How often each delivery loop looks for notifications due (`EXPORTD_NOTIFY_MS`, default 1000).
+    pub every: Duration,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> NotifyConfig {
+        NotifyConfig { retry: Duration::from_secs(5), allow_private: false, smtp_url: None, smtp_from: None, every: Duration::from_millis(1000) }
     }
 }
 

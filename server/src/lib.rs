@@ -24,6 +24,7 @@ pub mod iso_codes;
 pub mod job_store;
 pub mod links;
 pub mod metrics;
+pub mod notifications;
 pub mod operations;
 pub mod row_encoder;
 pub mod schedules;

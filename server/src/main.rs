@@ -2,7 +2,7 @@
 //! 1 runtime error (message on stderr), 2 usage error (clap's).
 
 use clap::Parser;
-use exportd::cli::{CatalogCommand, Cli, Command, JobsCommand, KeysCommand, StoresCommand, TenantCommand, TokenCommand, UserCommand};
+use exportd::cli::{CatalogCommand, Cli, Command, JobsCommand, KeysCommand, NotificationsCommand, StoresCommand, TenantCommand, TokenCommand, UserCommand, WebhookSecretCommand};
 use exportd::clock::{SharedClock, SystemClock};
 use exportd::config::{Config, WorkerConfig};
 use exportd::entities::users;
@@ -274,6 +274,39 @@ async fn run(cli: Cli) -> Result<(), String> {
             println!("new links are signed with key {id}; links of the old key are refused after {} s", config.link_ttl.as_secs());
             Ok(())
         }
+        Command::Notifications { command } => {
+            let db = connect().await?;
+            match command {
+                NotificationsCommand::List { operation, status, limit } => {
+                    let listed = exportd::notifications::listed(&db, operation.as_deref(), status.as_deref(), limit).await.map_err(|e| format!("database: {e}"))?;
+                    for n in listed {
+                        let last = n.attempts.last().map_or_else(|| "-".to_owned(), |a| a.outcome.clone());
+                        println!("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}", n.id, n.operation, n.channel, n.status, n.attempts.len(), n.event_type, n.target, last);
+                    }
+                    Ok(())
+                }
+                NotificationsCommand::Redeliver { id } => {
+                    if exportd::notifications::delivery::redeliver(&db, &id).await.map_err(|e| format!("database: {e}"))? {
+                        println!("{id} is pending: the next delivery pass sends it");
+                        Ok(())
+                    } else {
+                        Err(format!("no notification {id}"))
+                    }
+                }
+            }
+        }
+        Command::WebhookSecret { command } => {
+            let db = connect().await?;
+            let (WebhookSecretCommand::Show { tenant } | WebhookSecretCommand::Rotate { tenant }) = &command;
+            let found = exportd::notifications::secrets::tenant(&db, tenant).await.map_err(|e| format!("database: {e}"))?.ok_or_else(|| format!("no tenant {tenant}"))?;
+            let secret = match command {
+                WebhookSecretCommand::Show { .. } => exportd::notifications::secrets::ensure(&db, &found.id, now_ms()).await.map(|s| s.secret),
+                WebhookSecretCommand::Rotate { .. } => exportd::notifications::secrets::rotate(&db, &found.id, now_ms()).await,
+            }
+            .map_err(|e| format!("database: {e}"))?;
+            println!("{secret}");
+            Ok(())
+        }
         Command::Stores { command } => {
             let db = connect().await?;
             let stores = exportd::storage::Stores::new(config.clone());
@@ -306,7 +339,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let metrics_server = match metrics_bind {
                 Some(bind) => {
                     let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| format!("cannot listen on {bind}: {e}"))?;
-                    let router = exportd::server::metrics_router(metrics, ctx.db.clone());
+                    let router = exportd::server::metrics_router(metrics.clone(), ctx.db.clone());
                     let stop = shutdown.clone();
                     Some(tokio::spawn(async move { axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled().await }).await }))
                 }
@@ -316,8 +349,10 @@ async fn run(cli: Cli) -> Result<(), String> {
             let clock: SharedClock = Arc::new(SystemClock);
             let service = exportd::service::context::ServiceContext::new(ctx.db.clone(), config.clone(), clock).await.map_err(|e| format!("database: {e}"))?;
             let scheduler = tokio::spawn(exportd::schedules::scheduler::run(service, config.scheduler_every, shutdown.clone()));
+            let delivery = tokio::spawn(exportd::notifications::delivery::run(ctx.db.clone(), config.clone(), metrics.clone(), shutdown.clone()));
             worker::run(ctx).await;
             let _ = scheduler.await;
+            let _ = delivery.await;
             if let Some(server) = metrics_server {
                 let _ = server.await;
             }
@@ -344,7 +379,8 @@ async fn run(cli: Cli) -> Result<(), String> {
                 )
                     .await
                     .map_err(|e| format!("database: {e}"))?;
-                Some(tokio::spawn(worker::run(ctx)))
+                let delivery = tokio::spawn(exportd::notifications::delivery::run(ctx.db.clone(), config.clone(), state.metrics.clone(), shutdown.clone()));
+                Some((tokio::spawn(worker::run(ctx)), delivery))
             };
             // Every serve runs a scheduler loop, with or without a worker: no leader.
             let scheduler = tokio::spawn(exportd::schedules::scheduler::run(state.service.clone(), config.scheduler_every, shutdown.clone()));
@@ -353,8 +389,9 @@ async fn run(cli: Cli) -> Result<(), String> {
             tracing::info!(target: "exportd::lifecycle", "exportd listening on http://{local}");
             exportd::server::serve(listener, app_router(state), shutdown.clone()).await;
             let _ = scheduler.await;
-            if let Some(task) = worker_task {
+            if let Some((task, delivery)) = worker_task {
                 let _ = task.await;
+                let _ = delivery.await;
             }
             Ok(())
         }

@@ -62,6 +62,9 @@ pub struct Counters {
     pub schedule_runs: IntCounterVec,
     /// Seconds from a window's due time to the creation of its run.
     pub schedule_lag: Histogram,
+    /// Notification attempts by channel (`webhook`, `email`) and outcome (`delivered`,
+    /// `retried`, `failed`).
+    pub deliveries: IntCounterVec,
     exports: IntGaugeVec,
     imports: IntGaugeVec,
     oldest: IntGaugeVec,
@@ -128,6 +131,7 @@ impl Metrics {
             http_requests: counters(r, "exportd_http_requests_total", "HTTP answers by route and status", &["route", "status"]),
             schedule_runs: counters(r, "exportd_schedule_runs_total", "Schedule runs this process's scheduler created, by schedule", &["schedule"]),
             schedule_lag,
+            deliveries: counters(r, "exportd_notification_deliveries_total", "Notification attempts by channel and outcome (delivered, retried, failed)", &["channel", "outcome"]),
             exports: gauges(r, "exportd_exports", "Exports in the database by state"),
             imports: gauges(r, "exportd_imports", "Imports in the database by state"),
             oldest: gauges(r, "exportd_oldest_export_age_seconds", "Age of the oldest export in each state (0 when none)"),

@@ -68,6 +68,7 @@ pub async fn seed_demo(db: &DatabaseConnection, orders_per_tenant: u32, now_ms: 
             .insert(db)
             .await?;
         }
+        crate::notifications::secrets::ensure(db, &format!("ten_{slug}"), now_ms).await?;
     }
     for (email, slug, role) in USERS {
         if users::Entity::find().filter(users::Column::Email.eq(email)).one(db).await?.is_none() {

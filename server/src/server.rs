@@ -40,6 +40,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/exports", post(controllers::exports::create).get(controllers::exports::list))
         .route("/exports/{id}/cancel", post(controllers::exports::cancel))
         .route("/exports/{id}", get(controllers::exports::show))
+        .route("/notifications", get(controllers::notifications::list))
         .route("/schedules", post(controllers::schedules::create).get(controllers::schedules::list))
         .route("/schedules/{id}", get(controllers::schedules::show).put(controllers::schedules::update).delete(controllers::schedules::delete))
         .route("/schedules/{id}/pause", post(controllers::schedules::pause))

@@ -30,6 +30,7 @@ async fn the_served_openapi_document_matches_the_reviewed_snapshot() {
             "/api/imports/{id}",
             "/api/imports/{id}/cancel",
             "/api/imports/{id}/report",
+            "/api/notifications",
             "/api/openapi.json",
             "/api/schedules",
             "/api/schedules/{id}",

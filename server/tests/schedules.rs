@@ -8,6 +8,19 @@ mod support;
 use serde_json::{json, Value};
 use support::{expect_problem, TestApp};
 
+/// An app that may send notifications: it knows its page's address and an SMTP server.
+async fn notifying_app(backend: support::Backend) -> TestApp {
+    TestApp::start(support::Options {
+        adjust: |c| {
+            c.public_origin = exportd::config::PublicOrigin::parse("http://exports.test");
+            c.notify.smtp_url = Some("smtp://127.0.0.1:9".into());
+            c.notify.smtp_from = Some("exportd <exportd@exports.test>".into());
+        },
+        ..support::Options::new(backend)
+    })
+    .await
+}
+
 fn nightly() -> Value {
     json!({
         "report": "orders", "timezone": "Asia/Riyadh",
@@ -17,7 +30,7 @@ fn nightly() -> Value {
 }
 
 on_both_backends!(only_an_admin_makes_a_schedule_and_a_key_answers_the_same_one_again, |backend| {
-    let app = TestApp::spawn(backend).await;
+    let app = notifying_app(backend).await;
     let bob = app.login("bob@acme.test").await;
     let url = app.url("/api/schedules");
     expect_problem(bob.post(&url).header("Idempotency-Key", "k").json(&nightly()).send().await.unwrap(), 403, "schedule-not-permitted").await;
@@ -56,7 +69,7 @@ on_both_backends!(only_an_admin_makes_a_schedule_and_a_key_answers_the_same_one_
 });
 
 on_both_backends!(a_schedule_that_could_never_run_is_refused_with_the_field_at_fault, |backend| {
-    let app = TestApp::spawn(backend).await;
+    let app = notifying_app(backend).await;
     let alice = app.login("alice@acme.test").await;
     let url = app.url("/api/schedules");
     let cases: Vec<(&str, Value)> = vec![
@@ -90,7 +103,7 @@ on_both_backends!(a_schedule_that_could_never_run_is_refused_with_the_field_at_f
 });
 
 on_both_backends!(a_schedule_is_revised_paused_resumed_and_deleted_by_an_admin_of_its_tenant_only, |backend| {
-    let app = TestApp::spawn(backend).await;
+    let app = notifying_app(backend).await;
     let alice = app.login("alice@acme.test").await;
     let made: Value = alice.post(app.url("/api/schedules")).header("Idempotency-Key", "n").json(&nightly()).send().await.unwrap().json().await.unwrap();
     let id = made["id"].as_str().unwrap().to_owned();

@@ -10,6 +10,7 @@ pub mod imports;
 pub mod oidc;
 pub mod openapi;
 pub mod page;
+pub mod notifications;
 pub mod schedules;
 pub mod session;
 pub mod uploads;

@@ -15,6 +15,7 @@ use utoipa::OpenApi;
         super::session::whoami,
         super::session::logout,
         super::exports::create,
+        super::notifications::list,
         super::schedules::create,
         super::schedules::list,
         super::schedules::show,

@@ -107,6 +107,10 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
     let request = typed?;
     let fp = fp.ok_or_else(|| AppError::Internal("fingerprint missing for a valid request".into()))?;
     let report = validate(&state.config.catalog, &request, actor.role)?.report;
+    let unsendable = crate::notifications::check(request.notify.as_ref(), &state.config);
+    if !unsendable.is_empty() {
+        return Err(AppError::InvalidRequest(unsendable));
+    }
     let now = state.clock.now();
     let (resolved, _) = resolve(report, &request, actor.role, &actor.deployment, now)?;
     insert_new(state, actor, key, &fp, &request, &resolved, report.digest()).await

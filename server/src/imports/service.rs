@@ -38,8 +38,9 @@ fn fingerprint_of(request: &ImportRequest, sha256: &str) -> Result<String, AppEr
 }
 
 /// The rules of a request's fields beyond their shape: the dataset, and its schema version.
-fn check(catalog: &crate::catalog::Catalog, request: &ImportRequest) -> Result<String, AppError> {
-    let mut errors = Vec::new();
+fn check(config: &crate::config::Config, request: &ImportRequest) -> Result<String, AppError> {
+    let catalog = &config.catalog;
+    let mut errors = crate::notifications::check(request.notify.as_ref(), config);
     let dataset = catalog.dataset(&request.dataset).map(crate::catalog::Dataset::digest);
     if dataset.is_none() {
         let names: Vec<&str> = catalog.datasets.iter().map(|d| d.name.as_str()).collect();
@@ -82,7 +83,7 @@ async fn create_or_replay(state: &ServiceContext, actor: &Actor, key: &str, raw:
         return Err(AppError::CreationPaused { retry_after_secs: crate::operations::DRAIN_RETRY_AFTER_SECS });
     }
     let request = typed?;
-    let schema_digest = check(&state.config.catalog, &request)?;
+    let schema_digest = check(&state.config, &request)?;
     let upload = find_own_and_touch(&state.db, actor, &request.upload)
         .await?
         .ok_or(AppError::UploadNotFound)?;

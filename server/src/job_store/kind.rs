@@ -37,6 +37,23 @@ impl JobKind {
         }
     }
 
+    /// The API's collection of its jobs: `/api/{collection}/{id}` is a job's status.
+    pub fn api_collection(self) -> &'static str {
+        match self {
+            JobKind::Export => "exports",
+            JobKind::Import => "imports",
+        }
+    }
+
+    /// What a notification of one of its jobs names what it read or wrote (contract §15):
+    /// `report` or `dataset`.
+    pub fn subject_field(self) -> &'static str {
+        match self {
+            JobKind::Export => "report",
+            JobKind::Import => "dataset",
+        }
+    }
+
     /// A new id for a job of this kind: the prefix and a time-ordered UUID in 32 hex digits.
     pub fn new_id(self) -> String {
         format!("{}{}", self.id_prefix(), uuid::Uuid::now_v7().simple())

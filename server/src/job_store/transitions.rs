@@ -317,14 +317,17 @@ pub async fn owed_reports(db: &DatabaseConnection, deployments: &[String], limit
 /// there); a `return` action makes the transition change nothing.
 type Fault<'a> = Option<(&'a Faults, &'static str)>;
 
-/// Runs a transition: the UPDATE and, if it moved the row, its audit row in one transaction. (A
-/// row that becomes `queued` wakes the workers through the database's own trigger.)
+/// Runs a transition: the UPDATE and, if it moved the row, its audit row and (into a terminal
+/// state, when its request asked) its notifications, in one transaction. (A row that becomes
+/// `queued` wakes the workers through the database's own trigger.) Every move into a terminal
+/// state goes through here.
 async fn apply(db: &DatabaseConnection, id: &str, update: UpdateMany<jobs::Entity>, by: Mover<'_>, detail: Option<&str>, fault: Fault<'_>) -> Result<Outcome, DbErr> {
     let txn = begin_write(db).await?;
     let moved = update.exec_with_returning(&txn).await?;
     match moved.into_iter().next() {
         Some(row) => {
             audit::record_move(&txn, &row, by, detail).await?;
+            crate::notifications::outbox::record(&txn, &row).await?;
             if let Some((faults, point)) = fault {
                 if faults.check(point, id).is_err() {
                     txn.rollback().await?;
@@ -777,6 +780,7 @@ pub async fn purge(db: &DatabaseConnection, job: &jobs::Model, ttl: Duration) ->
         return Ok(false);
     }
     job_events::Entity::delete_many().filter(job_events::Column::JobId.eq(&job.id)).exec(&txn).await?;
+    crate::notifications::outbox::forget(&txn, &job.id).await?;
     super::checkpoints::forget(&txn, &job.id).await?;
     txn.commit().await?;
     Ok(true)

@@ -66,18 +66,6 @@ pub fn plan(request: &ScheduleRequest) -> Result<Plan, Vec<FieldError>> {
         ScheduleWindow::PreviousWeek => windows::WindowKind::PreviousWeek,
         ScheduleWindow::PreviousMonth => windows::WindowKind::PreviousMonth,
     };
-    if let Some(notify) = &request.notify {
-        if let Some(hook) = &notify.webhook {
-            if !hook.starts_with("https://") || url::Url::parse(hook).is_err() {
-                errors.push(field("/notify/webhook", "an https:// URL"));
-            }
-        }
-        for (i, address) in notify.email.iter().enumerate() {
-            if !address.contains('@') || address.len() > 254 || address.chars().any(char::is_whitespace) {
-                errors.push(field(&format!("/notify/email/{i}"), "an email address"));
-            }
-        }
-    }
     match (zone, at, every) {
         (Ok(zone), Ok(at), Ok(every)) if errors.is_empty() => Ok(Plan { cadence: windows::Cadence { every, at }, window, zone }),
         _ => Err(errors),
@@ -117,6 +105,7 @@ pub fn export_request(request: &ScheduleRequest, window: &windows::Window) -> ap
         timezone: request.timezone.clone(),
         options: request.options.clone(),
         consistency: app::Consistency::default(),
+        notify: request.notify.clone(),
     }
 }
 
@@ -137,7 +126,12 @@ fn validate(state: &ServiceContext, actor: &Actor, raw: Value) -> Result<Schedul
         return Err(AppError::InvalidRequest(errors));
     }
     let request: ScheduleRequest = crate::service::requests::typed_request(raw)?;
-    let plan = plan(&request).map_err(AppError::InvalidRequest)?;
+    let mut plan = plan(&request);
+    let unsendable = crate::notifications::check(request.notify.as_ref(), &state.config);
+    if !unsendable.is_empty() {
+        plan = Err(plan.err().unwrap_or_default().into_iter().chain(unsendable).collect());
+    }
+    let plan = plan.map_err(AppError::InvalidRequest)?;
     let role = role_of(request.role).lesser(actor.role_now()?);
     let today = jiff::Timestamp::now().to_zoned(plan.zone.clone()).date();
     let sample = export_request(&request, &plan.window.window(today, &plan.zone));
