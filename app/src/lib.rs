@@ -12,6 +12,8 @@ mod page_state;
 mod client;
 #[cfg(feature = "hydrate")]
 mod imports;
+#[cfg(feature = "hydrate")]
+mod schedule_section;
 
 pub use model::*;
 

@@ -417,18 +417,20 @@ pub fn ExportPage() -> impl IntoView {
     }
 }
 
-/// The id of the element the import section is mounted into.
+/// The ids of the elements the import and schedules sections are mounted into.
 #[cfg(feature = "hydrate")]
 const SECTION_SLOT: &str = "import-section";
+#[cfg(feature = "hydrate")]
+const SCHEDULE_SLOT: &str = "schedule-section";
 
 #[cfg(feature = "hydrate")]
 thread_local! {
-    /// The number of the newest branch that shows the import section, and the root it mounted.
-    static SECTION_ROOT: std::cell::RefCell<(u64, Option<Box<dyn std::any::Any>>)> = const { std::cell::RefCell::new((0, None)) };
+    /// The number of the newest branch that shows the admin's sections, and the roots it mounted.
+    static SECTION_ROOT: std::cell::RefCell<(u64, Vec<Box<dyn std::any::Any>>)> = const { std::cell::RefCell::new((0, Vec::new())) };
 }
 
-/// The import section, for users who may import: loaded from its own wasm file after the page,
-/// in the browser only (the server renders the page signed out, before anyone is known).
+/// The import and schedules sections, for admins: loaded from their own wasm files after the
+/// page, in the browser only (the server renders the page signed out, before anyone is known).
 fn imports_view(i18n: I18n, s: PageSignals) -> impl IntoView {
     #[cfg(feature = "hydrate")]
     return s.session.get_untracked().may_import().then(|| {
@@ -447,10 +449,10 @@ fn imports_view(i18n: I18n, s: PageSignals) -> impl IntoView {
             let gone = SECTION_ROOT.with(|r| {
                 let mut r = r.borrow_mut();
                 if r.0 != mine {
-                    return None;
+                    return Vec::new();
                 }
                 r.0 = r.0.wrapping_add(1);
-                r.1.take()
+                std::mem::take(&mut r.1)
             });
             drop(gone);
         });
@@ -459,13 +461,20 @@ fn imports_view(i18n: I18n, s: PageSignals) -> impl IntoView {
             if SECTION_ROOT.with(|r| r.borrow().0) != mine {
                 return;
             }
-            let slot = document().get_element_by_id(SECTION_SLOT).and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
-            if let Some(div) = slot {
-                let handle = leptos::mount::mount_to(div, move || section);
-                SECTION_ROOT.with(|r| r.borrow_mut().1 = Some(Box::new(handle)));
+            let mount = |id: &str, section: AnyView| {
+                if let Some(div) = document().get_element_by_id(id).and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok()) {
+                    let handle = leptos::mount::mount_to(div, move || section);
+                    SECTION_ROOT.with(|r| r.borrow_mut().1.push(Box::new(handle)));
+                }
+            };
+            mount(SECTION_SLOT, section);
+            let schedules = crate::schedule_section::section(i18n).await;
+            if SECTION_ROOT.with(|r| r.borrow().0) != mine {
+                return;
             }
+            mount(SCHEDULE_SLOT, schedules);
         });
-        view! { <div id=SECTION_SLOT></div> }
+        view! { <div id=SECTION_SLOT></div> <div id=SCHEDULE_SLOT></div> }
     });
     #[cfg(not(feature = "hydrate"))]
     {

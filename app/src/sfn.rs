@@ -4,6 +4,7 @@
 //! matches on `code`.
 
 use crate::model::{ExportList, ExportRequest, ExportView, ImportRequest, ImportView, Problem};
+use crate::schedules::{ScheduleAction, ScheduleList, ScheduleRequest, ScheduleView};
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 use leptos::server_fn::{Bytes, ContentType, Decodes, Encodes, Format, FormatType};
@@ -73,6 +74,7 @@ impl FromServerFnError for Problem {
 #[cfg(feature = "ssr")]
 pub mod backend {
     use crate::model::{ExportList, ExportRequest, ExportView, ImportRequest, ImportView, Problem};
+    use crate::schedules::{ScheduleAction, ScheduleList, ScheduleRequest, ScheduleView};
     use axum::http::request::Parts;
     use std::future::Future;
     use std::pin::Pin;
@@ -101,6 +103,14 @@ pub mod backend {
         fn cancel_import(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ImportView, Problem>>;
         /// A fresh link to the report of the caller's finished import.
         fn report_link(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<String, Problem>>;
+        /// The tenant's schedules (admins).
+        fn list_schedules(&self, parts: Parts) -> BoxFuture<'_, Result<ScheduleList, Problem>>;
+        /// A schedule with its recent runs.
+        fn show_schedule(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ScheduleView, Problem>>;
+        /// Creates a schedule, or answers the one the key made.
+        fn create_schedule(&self, parts: Parts, key: String, request: ScheduleRequest) -> BoxFuture<'_, Result<ScheduleView, Problem>>;
+        /// Pauses, resumes or deletes a schedule; the schedule as it is now (none once deleted).
+        fn change_schedule(&self, parts: Parts, id: String, action: ScheduleAction) -> BoxFuture<'_, Result<Option<ScheduleView>, Problem>>;
     }
 
     /// The backend as context.
@@ -189,4 +199,32 @@ pub async fn cancel_import(id: String) -> Result<ImportView, Problem> {
 pub async fn report_link(id: String) -> Result<String, Problem> {
     let (backend, parts) = backend::current()?;
     backend.0.report_link(parts, id).await
+}
+
+/// The tenant's schedules, newest first (admins only).
+#[server(prefix = "/sfn", endpoint = "list_schedules", input = Json, output = Json)]
+pub async fn list_schedules() -> Result<ScheduleList, Problem> {
+    let (backend, parts) = backend::current()?;
+    backend.0.list_schedules(parts).await
+}
+
+/// Schedule `id` with its recent runs.
+#[server(prefix = "/sfn", endpoint = "show_schedule", input = Json, output = Json)]
+pub async fn show_schedule(id: String) -> Result<ScheduleView, Problem> {
+    let (backend, parts) = backend::current()?;
+    backend.0.show_schedule(parts, id).await
+}
+
+/// Creates a schedule under `key`, or answers with the one the key made.
+#[server(prefix = "/sfn", endpoint = "create_schedule", input = Json, output = Json)]
+pub async fn create_schedule(key: String, request: ScheduleRequest) -> Result<ScheduleView, Problem> {
+    let (backend, parts) = backend::current()?;
+    backend.0.create_schedule(parts, key, request).await
+}
+
+/// Pauses, resumes or deletes schedule `id`.
+#[server(prefix = "/sfn", endpoint = "change_schedule", input = Json, output = Json)]
+pub async fn change_schedule(id: String, action: ScheduleAction) -> Result<Option<ScheduleView>, Problem> {
+    let (backend, parts) = backend::current()?;
+    backend.0.change_schedule(parts, id, action).await
 }

@@ -338,3 +338,140 @@ async fn a_request_that_asks_for_a_notification_is_refused_when_the_server_canno
     assert_eq!(deliveries(&api, "exp_00000000000000000000000000000000").await.0, 404);
     assert_eq!(deliveries(&api, "").await.0, 422);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_never_answers_is_given_up_on_after_ten_seconds() {
+    // It accepts the connection and reads, and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let started = std::time::Instant::now();
+    let attempt = exportd::notifications::webhook::send(&format!("http://127.0.0.1:{port}/hook"), "msg_1", 1, "{}", &["whsec_AAAA".to_owned()], true).await;
+    let took = started.elapsed();
+    assert_eq!(attempt.outcome, "timeout", "{attempt:?}");
+    assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(15), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_process_frozen_holding_an_attempt_loses_it_to_another_and_records_nothing_when_it_wakes() {
+    let p = Prepared::new(Backend::Postgres, 20).await;
+    let secret = p.run_ok(&["webhook-secret", "show", "acme"]).await.trim().to_owned();
+    let (receiver, at) = Receiver::start().await;
+    let env = [("EXPORTD_PUBLIC_ORIGIN", ORIGIN), ("EXPORTD_WEBHOOK_ALLOW_PRIVATE", "1"), ("EXPORTD_NOTIFY_MS", "100")];
+    // a's delivery loop stops after its claim (the lease is 2 s, so the claim lasts 4 s).
+    let a_env = [env[0], env[1], env[2], ("FAILPOINTS", "notify_before_send=sleep(6000)"), ("EXPORTD_LOG", "warn,exportd::fault=info,exportd::notifications=info")];
+    let (a, base) = p.serve_with(&a_env).await;
+    let api = Api::new(&base, &p.token);
+    let (status, created) = api.create("frozen-hook", &orders_with(json!({"webhook": format!("http://{at}/ok")}))).await;
+    assert_eq!(status, 202, "{created}");
+    let line = a.wait_line(&["notify_before_send"], LONG).await;
+    a.signal("STOP");
+    let id = line.split("export=").nth(1).unwrap().trim().to_owned();
+    assert!(id.starts_with("msg_"), "{line}");
+    // Another process takes the attempt once a's claim has lapsed, and delivers it.
+    let _b = p.worker("b", &env, &[]);
+    eventually("b's delivery", LONG, || {
+        let n = receiver.at("/ok").len();
+        async move { n >= 1 }
+    })
+    .await;
+    let db = p.connect().await;
+    eventually("b's attempt recorded", LONG, || {
+        let db = db.clone();
+        let sql = format!("SELECT COUNT(*) FROM notifications WHERE id = '{id}' AND status = 'delivered'");
+        async move { scalar(&db, &sql).await == 1 }
+    })
+    .await;
+    // a wakes, sends what it held (at least once: the same webhook-id), and records nothing.
+    a.signal("CONT");
+    a.wait_line(&["claim lapsed was not recorded", &id], LONG).await;
+    let got = receiver.at("/ok");
+    assert!(got.iter().all(|g| g.id == id && verifies(&secret, g)), "{got:?}");
+    assert_eq!(rows(&db, &format!("SELECT CAST(attempt AS TEXT), outcome FROM notification_attempts WHERE notification_id = '{id}'")).await, vec![vec!["2".to_owned(), "delivered".to_owned()]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_and_a_schedule_held_from_psql_hold_up_no_other_delivery_and_an_edit_answers_busy() {
+    let p = Prepared::new(Backend::Postgres, 20).await;
+    let (receiver, at) = Receiver::start().await;
+    let env = [("EXPORTD_PUBLIC_ORIGIN", ORIGIN), ("EXPORTD_WEBHOOK_ALLOW_PRIVATE", "1"), ("EXPORTD_WEBHOOK_RETRY_SECS", "1"), ("EXPORTD_NOTIFY_MS", "100")];
+    let (_serve, base) = p.serve_with(&env).await;
+    let api = Api::new(&base, &p.token);
+    // The first notification fails its first attempt and waits for its second; then its row is
+    // held, as by a process frozen inside a write to it.
+    let (_, first) = api.create("held-first", &orders_with(json!({"webhook": format!("http://{at}/hook")}))).await;
+    let first = first["id"].as_str().unwrap().to_owned();
+    eventually("the first attempt", LONG, || {
+        let n = receiver.at("/hook").len();
+        async move { n >= 1 }
+    })
+    .await;
+    let held = support::holders::Holder::psql(&p.db_url, &format!("SELECT 1 FROM notifications WHERE operation_id = '{first}' FOR UPDATE;")).await;
+    let (_, second) = api.create("held-second", &orders_with(json!({"webhook": format!("http://{at}/ok")}))).await;
+    let second = second["id"].as_str().unwrap().to_owned();
+    eventually("the second delivered while the first is held", LONG, || {
+        let n = receiver.at("/ok").len();
+        async move { n >= 1 }
+    })
+    .await;
+    assert_eq!(deliveries(&api, &second).await.1["items"][0]["status"], "delivered");
+    let attempts_while_held = receiver.at("/hook").len();
+    held.release().await;
+    eventually("the first tried again once released", LONG, || {
+        let n = receiver.at("/hook").len();
+        async move { n > attempts_while_held }
+    })
+    .await;
+
+    // An edit of a schedule whose row is held answers busy within the lock's bound, and changes nothing.
+    let alice = p.run_ok(&["token", "create", "alice@acme.test"]).await.trim().to_owned();
+    let body = json!({"report": "orders", "timezone": "UTC", "cadence": {"every": "day", "at": "06:00"}, "window": "previous_day"});
+    let made: Value = api.client.post(format!("{base}/api/schedules")).bearer_auth(&alice).header("Idempotency-Key", "held").json(&body).send().await.unwrap().json().await.unwrap();
+    let sid = made["id"].as_str().unwrap().to_owned();
+    let held = support::holders::Holder::psql(&p.db_url, &format!("SELECT 1 FROM schedules WHERE id = '{sid}' FOR UPDATE;")).await;
+    let mut edit = body.clone();
+    edit["cadence"]["at"] = json!("07:00");
+    let started = std::time::Instant::now();
+    let resp = api.client.put(format!("{base}/api/schedules/{sid}")).bearer_auth(&alice).json(&edit).send().await.unwrap();
+    let took = started.elapsed();
+    let status = resp.status().as_u16();
+    let problem: Value = resp.json().await.unwrap();
+    assert_eq!((status, problem["code"].as_str()), (503, Some("busy")), "{problem}");
+    assert!(took < Duration::from_secs(6), "answered after {took:?}");
+    held.release().await;
+    let resp = api.client.put(format!("{base}/api/schedules/{sid}")).bearer_auth(&alice).json(&edit).send().await.unwrap();
+    let view: Value = resp.json().await.unwrap();
+    assert_eq!((view["revision"].as_i64(), view["request"]["cadence"]["at"].as_str()), (Some(2), Some("07:00")), "{view}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_sqlite_server_delivers_a_signed_webhook_too() {
+    let p = Prepared::new(Backend::Sqlite, 20).await;
+    let secret = p.run_ok(&["webhook-secret", "show", "acme"]).await.trim().to_owned();
+    let (receiver, at) = Receiver::start().await;
+    let env = [("EXPORTD_PUBLIC_ORIGIN", ORIGIN), ("EXPORTD_WEBHOOK_ALLOW_PRIVATE", "1"), ("EXPORTD_NOTIFY_MS", "100")];
+    let (_serve, base) = p.serve_with(&env).await;
+    let api = Api::new(&base, &p.token);
+    let (status, created) = api.create("sqlite-hook", &orders_with(json!({"webhook": format!("http://{at}/ok")}))).await;
+    assert_eq!(status, 202, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    eventually("the delivery", LONG, || {
+        let n = receiver.at("/ok").len();
+        async move { n >= 1 }
+    })
+    .await;
+    let got = &receiver.at("/ok")[0];
+    assert!(verifies(&secret, got), "{got:?}");
+    assert_eq!(serde_json::from_str::<Value>(&got.body).unwrap()["data"]["id"], id.as_str());
+    eventually("recorded as delivered", LONG, || {
+        let api = Api::new(&base, &p.token);
+        let id = id.clone();
+        async move { deliveries(&api, &id).await.1["items"][0]["status"] == "delivered" }
+    })
+    .await;
+}

@@ -10,6 +10,7 @@ use crate::imports::service as imports;
 use crate::imports::uploads::ensure_may_import;
 use crate::state::AppState;
 use app::sfn::backend::{BoxFuture, PageBackend};
+use app::schedules::{ScheduleAction, ScheduleList, ScheduleRequest, ScheduleView};
 use app::{ExportList, ExportRequest, ExportView, ImportRequest, ImportView, Problem};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -91,6 +92,33 @@ impl PageBackend for PageFunctions {
 
     fn report_link(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<String, Problem>> {
         self.as_actor(parts, move |state, actor| async move { imports::report_download(state, &actor, &id).await })
+    }
+
+    fn list_schedules(&self, parts: Parts) -> BoxFuture<'_, Result<ScheduleList, Problem>> {
+        self.as_actor(parts, move |state, actor| async move { crate::schedules::list(state, &actor).await })
+    }
+
+    fn show_schedule(&self, parts: Parts, id: String) -> BoxFuture<'_, Result<ScheduleView, Problem>> {
+        self.as_actor(parts, move |state, actor| async move { crate::schedules::show(state, &actor, &id).await })
+    }
+
+    fn create_schedule(&self, parts: Parts, key: String, request: ScheduleRequest) -> BoxFuture<'_, Result<ScheduleView, Problem>> {
+        self.as_actor(parts, move |state, actor| async move {
+            crate::schedules::ensure_admin(&actor)?;
+            let key = IdempotencyKey::from_header_values(std::iter::once(key.as_bytes()))?;
+            let request = serde_json::to_value(&request).map_err(|e| AppError::Internal(format!("request serialisation: {e}")))?;
+            Ok(crate::schedules::create(state, &actor, key.as_str(), request).await?.0)
+        })
+    }
+
+    fn change_schedule(&self, parts: Parts, id: String, action: ScheduleAction) -> BoxFuture<'_, Result<Option<ScheduleView>, Problem>> {
+        self.as_actor(parts, move |state, actor| async move {
+            match action {
+                ScheduleAction::Pause => crate::schedules::set_paused(state, &actor, &id, true).await.map(Some),
+                ScheduleAction::Resume => crate::schedules::set_paused(state, &actor, &id, false).await.map(Some),
+                ScheduleAction::Delete => crate::schedules::delete(state, &actor, &id).await.map(|()| None),
+            }
+        })
     }
 }
 

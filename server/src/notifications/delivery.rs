@@ -3,8 +3,9 @@
 //! is the fence: an attempt whose claim lapsed cannot record over a later one's), sends them,
 //! and records each attempt and what follows: `delivered`; `pending` again after
 //! `EXPORTD_WEBHOOK_RETRY_SECS`, doubling; or `failed` once 24 h have passed. A process that
-//! dies or freezes mid-attempt leaves its claim to lapse after [`CLAIM_FOR`], and another loop
-//! tries again: at least once, with the same `webhook-id`.
+//! dies or freezes mid-attempt leaves its claim to lapse after [`claim_for`] (twice the lease), and
+//! another loop tries again: at least once, with the same `webhook-id`; the frozen one, if it
+//! wakes, may send too, but records nothing over the later attempt.
 
 use super::webhook::Attempt;
 use super::{email, outbox, secrets, webhook};
@@ -18,8 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// How long a claimed attempt is its claimer's: longer than any attempt may take.
-pub const CLAIM_FOR: Duration = Duration::from_secs(60);
+/// How long a claimed attempt is its claimer's: twice `EXPORTD_LEASE_SECS` (60 s by default,
+/// longer than a webhook's 10 s or an email's 30 s), at least a second.
+pub fn claim_for(config: &Config) -> Duration {
+    (config.lease * 2).max(Duration::from_secs(1))
+}
 
 /// The most notifications one pass claims.
 const PASS_SIZE: u64 = 32;
@@ -59,8 +63,12 @@ pub async fn pass(db: &DatabaseConnection, config: &Config, metrics: &Metrics) -
         .await?;
     let mut claimed = Vec::new();
     for n in due {
-        if claim(db, &n, now).await? {
-            claimed.push(notifications::Model { attempts: n.attempts + 1, ..n });
+        // A row held elsewhere (a frozen process, a lock from psql) gives up after the pool's
+        // lock_timeout and is passed over: it holds up no other notification.
+        match claim(db, &n, now, claim_for(config)).await {
+            Ok(true) => claimed.push(notifications::Model { attempts: n.attempts + 1, ..n }),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(notification = %n.id, error = %e, "a notification could not be claimed; the next pass tries again"),
         }
     }
     let count = claimed.len();
@@ -70,10 +78,10 @@ pub async fn pass(db: &DatabaseConnection, config: &Config, metrics: &Metrics) -
 }
 
 /// Takes the next attempt of `n` if no one else did since it was read.
-async fn claim(db: &DatabaseConnection, n: &notifications::Model, now: i64) -> Result<bool, DbErr> {
+async fn claim(db: &DatabaseConnection, n: &notifications::Model, now: i64, claim_for: Duration) -> Result<bool, DbErr> {
     let claimed = notifications::Entity::update_many()
         .col_expr(notifications::Column::Attempts, Expr::val(n.attempts + 1).into())
-        .col_expr(notifications::Column::LeaseUntil, Expr::val(now + CLAIM_FOR.as_millis() as i64).into())
+        .col_expr(notifications::Column::LeaseUntil, Expr::val(now + claim_for.as_millis() as i64).into())
         .filter(notifications::Column::Id.eq(&n.id))
         .filter(notifications::Column::Attempts.eq(n.attempts))
         .filter(notifications::Column::Status.eq("pending"))
@@ -98,6 +106,10 @@ fn body(payload: &str, config: &Config) -> String {
 
 /// Sends claimed attempt `n.attempts` of `n` and records it.
 async fn deliver(db: &DatabaseConnection, config: &Config, metrics: &Metrics, n: notifications::Model) -> Result<(), DbErr> {
+    // Tests freeze a process here, holding a claimed attempt.
+    if crate::faults::Faults::default().check("notify_before_send", &n.id).is_err() {
+        return Ok(());
+    }
     let now = crate::db::db_now_ms(db).await?;
     let body = body(&n.payload, config);
     let attempt = match n.channel.as_str() {
@@ -149,8 +161,8 @@ async fn record(db: &DatabaseConnection, config: &Config, metrics: &Metrics, n: 
         .exec(&txn)
         .await?;
     if moved.rows_affected == 0 {
-        // Its claim lapsed and another attempt took it: that one records.
         txn.rollback().await?;
+        tracing::info!(target: "exportd::notifications", notification = %n.id, attempt = n.attempts, "an attempt whose claim lapsed was not recorded: a later attempt took it");
         return Ok(());
     }
     notification_attempts::ActiveModel {
