@@ -245,7 +245,7 @@ impl Tries {
 /// A fresh idempotency key: a random (version 4) UUID from `crypto.getRandomValues`, which every
 /// page has; `crypto.randomUUID` exists only in secure contexts, so a page served over plain HTTP
 /// from a LAN address has none.
-fn new_key() -> String {
+pub(crate) fn new_key() -> String {
     let mut bytes = [0u8; 16];
     let filled = web_sys::window().and_then(|w| w.crypto().ok()).is_some_and(|c| c.get_random_values_with_u8_array(&mut bytes).is_ok());
     if !filled {

@@ -468,7 +468,7 @@ fn imports_view(i18n: I18n, s: PageSignals) -> impl IntoView {
                 }
             };
             mount(SECTION_SLOT, section);
-            let schedules = crate::schedule_section::section(i18n).await;
+            let schedules = crate::schedule_section::section(i18n, s).await;
             if SECTION_ROOT.with(|r| r.borrow().0) != mine {
                 return;
             }

@@ -3,21 +3,27 @@
 //! Delete and each one's recent runs. Like the import section it is a wasm file of its own
 //! (`#[lazy]`), loaded only when an admin's page shows it.
 //!
-//! A create is one intent: its key is made on the click and kept while that request is
-//! unanswered, so a second click cannot make a second schedule; the server's answer for the
-//! same key and body is the same schedule.
+//! A create is one intent: its key and request are stored in localStorage
+//! (`exportd.schedule.<tenant>.<email>`) before the first send and sent again, unchanged, by the
+//! next click or after a reload until the server answers it for good (a schedule, or a refusal);
+//! the server's answer for the same key and body is the same schedule, so a lost answer or a
+//! double click makes one schedule.
 
 use crate::format::{date_time, problem_text, I18n};
 use crate::i18n::*;
 use crate::schedules::{Cadence, Every, MonthDay, Notify, ScheduleAction, ScheduleRequest, ScheduleView, ScheduleWindow, ScheduleRole};
+use crate::client;
 use crate::model::{FileFormat, FileLanguage, Problem};
+use crate::page_state::PageSignals;
 use crate::sfn;
+use serde::{Deserialize, Serialize};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 /// The form's fields and what the section shows.
 #[derive(Clone, Copy)]
 struct Schedules {
+    page: PageSignals,
     items: RwSignal<Vec<ScheduleView>>,
     open: RwSignal<Option<ScheduleView>>,
     problem: RwSignal<Option<Problem>>,
@@ -85,21 +91,47 @@ impl Schedules {
         }
     }
 
+    /// The create not yet answered for good, if any.
+    fn stored(self) -> Option<Pending> {
+        let slot = client::slot(self.page, "schedule")?;
+        serde_json::from_str(&client::local_storage()?.get_item(&slot).ok()??).ok()
+    }
+
+    fn store(self, pending: Option<&Pending>) {
+        if let (Some(storage), Some(slot)) = (client::local_storage(), client::slot(self.page, "schedule")) {
+            let _ = match pending.and_then(|p| serde_json::to_string(p).ok()) {
+                Some(text) => storage.set_item(&slot, &text),
+                None => storage.remove_item(&slot),
+            };
+        }
+    }
+
     fn create(self, language: FileLanguage) {
-        // The key of this click, kept until it is answered: a second click waits for it.
         if self.sending.get_untracked().is_some() {
             return;
         }
-        let key = format!("page-schedule-{}", js_sys::Math::random().to_bits());
-        self.sending.set(Some(key.clone()));
+        let pending = self.stored().unwrap_or_else(|| Pending { key: client::new_key(), request: self.request(language) });
+        self.store(Some(&pending));
+        self.send(pending);
+    }
+
+    fn send(self, pending: Pending) {
+        self.sending.set(Some(pending.key.clone()));
         self.problem.set(None);
-        let request = self.request(language);
         spawn_local(async move {
-            let answer = sfn::create_schedule(key, request).await;
+            let answer = sfn::create_schedule(pending.key.clone(), pending.request.clone()).await;
             self.sending.set(None);
             match answer {
-                Ok(_) => self.refresh(),
-                Err(p) => self.problem.set(Some(p)),
+                Ok(_) => {
+                    self.store(None);
+                    self.refresh();
+                }
+                // Unanswered (the network, the server's trouble): kept, sent again as it is.
+                Err(p) if p.status == 0 || p.status >= 500 => self.problem.set(Some(p)),
+                Err(p) => {
+                    self.store(None);
+                    self.problem.set(Some(p));
+                }
             }
         });
     }
@@ -127,6 +159,13 @@ impl Schedules {
     }
 }
 
+/// A create sent and not yet answered for good.
+#[derive(Serialize, Deserialize)]
+struct Pending {
+    key: String,
+    request: ScheduleRequest,
+}
+
 /// The timezone the browser is in, the form's default.
 fn browser_timezone() -> String {
     let options = js_sys::Intl::DateTimeFormat::new(&js_sys::Array::new(), &js_sys::Object::new()).resolved_options();
@@ -135,8 +174,9 @@ fn browser_timezone() -> String {
 
 /// The schedules section, built once its wasm file is loaded.
 #[leptos::lazy]
-pub fn section(i18n: I18n) -> AnyView {
+pub fn section(i18n: I18n, page: PageSignals) -> AnyView {
     let s = Schedules {
+        page,
         items: RwSignal::new(Vec::new()),
         open: RwSignal::new(None),
         problem: RwSignal::new(None),
@@ -153,7 +193,11 @@ pub fn section(i18n: I18n) -> AnyView {
         webhook: RwSignal::new(String::new()),
         email: RwSignal::new(String::new()),
     };
-    s.refresh();
+    // A create a reload (or a lost answer) left unanswered is sent again, as it was.
+    match s.stored() {
+        Some(pending) => s.send(pending),
+        None => s.refresh(),
+    }
     view(i18n, s).into_any()
 }
 

@@ -77,6 +77,51 @@ test('an admin makes one schedule with a double click, pauses, resumes and delet
   expect(left[0].deleted_at).not.toBeNull();
 });
 
+test('a create whose answer is lost is sent again with the same key, by the next click or after a reload, and each intent makes one schedule', async ({ page }) => {
+  const t0 = Date.now();
+  await signIn(page, ALICE);
+  const made = async () =>
+    query<{ id: string; request: string }>(
+      'SELECT s.id, r.request FROM schedules s JOIN users u ON u.id = s.owner_id JOIN schedule_revisions r ON r.schedule_id = s.id WHERE u.email = $1 AND s.created_at >= $2 ORDER BY s.created_at',
+      [ALICE, t0],
+    );
+  let calls = 0;
+  await page.route('**/sfn/create_schedule', async (route) => {
+    calls += 1;
+    if (calls === 1) {
+      await route.fetch(); // the server makes the schedule ...
+      await route.abort('failed'); // ... and the page never hears of it
+    } else if (calls === 3) {
+      await route.abort('failed'); // this one never reaches the server
+    } else {
+      await route.continue();
+    }
+  });
+  // The first intent: its answer is lost, and the next click sends it again.
+  await page.getByTestId('schedule-timezone').fill('Europe/London');
+  await page.getByTestId('schedule-create').click();
+  await expect(page.getByTestId('schedule-problem')).toBeVisible();
+  await page.getByTestId('schedule-create').click();
+  await expect(page.getByTestId('schedule-problem')).toHaveCount(0);
+  await expect(page.getByTestId('schedule-create')).toBeEnabled();
+  await expect.poll(async () => (await made()).length).toBe(1);
+  // The second: it never reached the server; after a reload the section sends it.
+  await page.getByTestId('schedule-timezone').fill('Asia/Dubai');
+  await page.getByTestId('schedule-create').click();
+  await expect(page.getByTestId('schedule-problem')).toBeVisible();
+  await page.reload();
+  await expect(page.getByTestId('who')).toHaveText(ALICE);
+  await expect.poll(async () => (await made()).length).toBe(2);
+  const rows = await made();
+  expect(rows.map((r) => JSON.parse(r.request).timezone)).toEqual(['Europe/London', 'Asia/Dubai']);
+  expect(calls, 'one send more for each, and no other').toBe(4);
+  for (const r of rows) {
+    const row = page.locator(`[data-testid=schedule-row][data-id="${r.id}"]`);
+    await row.getByTestId('schedule-delete').click();
+    await expect(row).toHaveCount(0);
+  }
+});
+
 test('a schedule the server refuses says why, in the page\'s language', async ({ page }) => {
   await signIn(page, ALICE);
   await page.getByTestId('schedule-timezone').fill('Mars/Olympus');

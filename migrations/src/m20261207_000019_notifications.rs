@@ -12,7 +12,7 @@ pub struct Migration;
 const UP: [&str; 5] = [
     "CREATE TABLE notifications (id VARCHAR NOT NULL PRIMARY KEY, tenant_id VARCHAR NOT NULL, operation_id VARCHAR NOT NULL, \
      channel VARCHAR NOT NULL, target VARCHAR NOT NULL, language VARCHAR NOT NULL, event_type VARCHAR NOT NULL, payload TEXT NOT NULL, \
-     status VARCHAR NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at BIGINT NULL, retry_until BIGINT NOT NULL, \
+     status VARCHAR NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, retry_base INTEGER NOT NULL DEFAULT 0, next_attempt_at BIGINT NULL, retry_until BIGINT NOT NULL, \
      lease_until BIGINT NULL, created_at BIGINT NOT NULL, finished_at BIGINT NULL)",
     "CREATE INDEX notifications_due ON notifications (status, next_attempt_at)",
     "CREATE INDEX notifications_operation ON notifications (operation_id)",

@@ -301,7 +301,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let found = exportd::notifications::secrets::tenant(&db, tenant).await.map_err(|e| format!("database: {e}"))?.ok_or_else(|| format!("no tenant {tenant}"))?;
             let secret = match command {
                 WebhookSecretCommand::Show { .. } => exportd::notifications::secrets::ensure(&db, &found.id, now_ms()).await.map(|s| s.secret),
-                WebhookSecretCommand::Rotate { .. } => exportd::notifications::secrets::rotate(&db, &found.id, now_ms()).await,
+                WebhookSecretCommand::Rotate { .. } => exportd::notifications::secrets::rotate(&db, &found.id).await,
             }
             .map_err(|e| format!("database: {e}"))?;
             println!("{secret}");
@@ -349,7 +349,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let clock: SharedClock = Arc::new(SystemClock);
             let service = exportd::service::context::ServiceContext::new(ctx.db.clone(), config.clone(), clock).await.map_err(|e| format!("database: {e}"))?;
             let scheduler = tokio::spawn(exportd::schedules::scheduler::run(service, config.scheduler_every, shutdown.clone()));
-            let delivery = tokio::spawn(exportd::notifications::delivery::run(ctx.db.clone(), config.clone(), metrics.clone(), shutdown.clone()));
+            let delivery = tokio::spawn(exportd::notifications::delivery::run_if_linkable(ctx.db.clone(), config.clone(), metrics.clone(), shutdown.clone()));
             worker::run(ctx).await;
             let _ = scheduler.await;
             let _ = delivery.await;
@@ -379,7 +379,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                 )
                     .await
                     .map_err(|e| format!("database: {e}"))?;
-                let delivery = tokio::spawn(exportd::notifications::delivery::run(ctx.db.clone(), config.clone(), state.metrics.clone(), shutdown.clone()));
+                let delivery = tokio::spawn(exportd::notifications::delivery::run_if_linkable(ctx.db.clone(), config.clone(), state.metrics.clone(), shutdown.clone()));
                 Some((tokio::spawn(worker::run(ctx)), delivery))
             };
             // Every serve runs a scheduler loop, with or without a worker: no leader.

@@ -79,6 +79,7 @@ on_both_backends!(a_schedule_that_could_never_run_is_refused_with_the_field_at_f
         ("/cadence/day", json!({"cadence": {"every": "month", "at": "06:00", "day": 31}})),
         ("/cadence/weekday", json!({"cadence": {"every": "day", "at": "06:00", "weekday": 2}})),
         ("/notify/webhook", json!({"notify": {"webhook": "http://hooks.example.com/"}})),
+        ("/notify/webhook", json!({"notify": {"webhook": "https://hooks.example.com/\nx"}})),
         ("/notify/email/0", json!({"notify": {"email": ["not an address"]}})),
         ("/columns", json!({"columns": ["no_such_column"]})),
         ("/report", json!({"report": "no_such_report"})),

@@ -26,6 +26,8 @@ pub struct Model {
     pub status: String,
     /// Attempts claimed so far (an attempt's number fences its outcome).
     pub attempts: i32,
+    /// The attempt count when it was written or last redelivered: the retry wait doubles from it.
+    pub retry_base: i32,
     pub next_attempt_at: Option<i64>,
     /// After this an undelivered notification is `failed`.
     pub retry_until: i64,

@@ -13,17 +13,21 @@ use crate::config::Config;
 use crate::entities::{notification_attempts, notifications};
 use crate::metrics::Metrics;
 use futures::StreamExt;
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ActiveModelTrait, ColumnTrait, Condition, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// How long a claimed attempt is its claimer's: twice `EXPORTD_LEASE_SECS` (60 s by default,
-/// longer than a webhook's 10 s or an email's 30 s), at least a second.
+/// How long a claimed attempt is its claimer's: twice `EXPORTD_LEASE_SECS` (60 s by default), and
+/// never less than [`CLAIM_AT_LEAST`], longer than any attempt may take (a webhook's 10 s, an
+/// email's 15 s).
 pub fn claim_for(config: &Config) -> Duration {
-    (config.lease * 2).max(Duration::from_secs(1))
+    (config.lease * 2).max(CLAIM_AT_LEAST)
 }
+
+/// The shortest claim.
+pub const CLAIM_AT_LEAST: Duration = Duration::from_secs(20);
 
 /// The most notifications one pass claims.
 const PASS_SIZE: u64 = 32;
@@ -34,10 +38,26 @@ const AT_ONCE: usize = 8;
 /// The longest a pass may take before it is abandoned.
 const PASS_LIMIT: Duration = Duration::from_secs(120);
 
+/// Runs the loop in a process that knows the page's address (`EXPORTD_PUBLIC_ORIGIN`), which
+/// every notification links to; a process without it delivers nothing and says so once, and the
+/// processes that have it deliver.
+pub async fn run_if_linkable(db: DatabaseConnection, config: Arc<Config>, metrics: Metrics, shutdown: CancellationToken) {
+    if config.public_origin.is_none() {
+        tracing::info!(target: "exportd::lifecycle", "this process delivers no notifications: EXPORTD_PUBLIC_ORIGIN is not set");
+        return;
+    }
+    run(db, config, metrics, shutdown).await;
+}
+
 /// Runs passes every `EXPORTD_NOTIFY_MS` until `shutdown`.
 pub async fn run(db: DatabaseConnection, config: Arc<Config>, metrics: Metrics, shutdown: CancellationToken) {
     loop {
-        match tokio::time::timeout(PASS_LIMIT, pass(&db, &config, &metrics)).await {
+        let ran = tokio::select! {
+            ran = tokio::time::timeout(PASS_LIMIT, pass(&db, &config, &metrics)) => ran,
+            // An attempt in flight is dropped: its claim lapses and another process sends it.
+            _ = shutdown.cancelled() => return,
+        };
+        match ran {
             Ok(Ok(sent)) if sent > 0 => tracing::debug!(sent, "delivery pass ended"),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "delivery pass failed; the next pass tries again"),
@@ -50,7 +70,8 @@ pub async fn run(db: DatabaseConnection, config: Arc<Config>, metrics: Metrics, 
     }
 }
 
-/// One pass: claims what is due, sends it, records it. Returns how many attempts it made.
+/// One pass: finds what is due, and claims each just before it sends it (so a claim never lapses
+/// while it waits its turn), then records it. Returns how many attempts it made.
 pub async fn pass(db: &DatabaseConnection, config: &Config, metrics: &Metrics) -> Result<usize, DbErr> {
     let now = crate::db::db_now_ms(db).await?;
     let due = notifications::Entity::find()
@@ -61,27 +82,35 @@ pub async fn pass(db: &DatabaseConnection, config: &Config, metrics: &Metrics) -
         .limit(PASS_SIZE)
         .all(db)
         .await?;
-    let mut claimed = Vec::new();
-    for n in due {
-        // A row held elsewhere (a frozen process, a lock from psql) gives up after the pool's
-        // lock_timeout and is passed over: it holds up no other notification.
-        match claim(db, &n, now, claim_for(config)).await {
-            Ok(true) => claimed.push(notifications::Model { attempts: n.attempts + 1, ..n }),
-            Ok(false) => {}
-            Err(e) => tracing::warn!(notification = %n.id, error = %e, "a notification could not be claimed; the next pass tries again"),
-        }
+    let sent: Vec<Result<bool, DbErr>> = futures::stream::iter(due)
+        .map(|n| async move {
+            // A row held elsewhere (a frozen process, a lock from psql) gives up after the pool's
+            // lock_timeout and is passed over: it holds up no other notification.
+            match claim(db, &n, claim_for(config)).await {
+                Ok(true) => deliver(db, config, metrics, notifications::Model { attempts: n.attempts + 1, ..n }).await.map(|()| true),
+                Ok(false) => Ok(false),
+                Err(e) => {
+                    tracing::warn!(notification = %n.id, error = %e, "a notification could not be claimed; the next pass tries again");
+                    Ok(false)
+                }
+            }
+        })
+        .buffer_unordered(AT_ONCE)
+        .collect()
+        .await;
+    let mut count = 0;
+    for one in sent {
+        count += usize::from(one?);
     }
-    let count = claimed.len();
-    let results: Vec<Result<(), DbErr>> = futures::stream::iter(claimed).map(|n| deliver(db, config, metrics, n)).buffer_unordered(AT_ONCE).collect().await;
-    results.into_iter().collect::<Result<Vec<()>, DbErr>>()?;
     Ok(count)
 }
 
 /// Takes the next attempt of `n` if no one else did since it was read.
-async fn claim(db: &DatabaseConnection, n: &notifications::Model, now: i64, claim_for: Duration) -> Result<bool, DbErr> {
+async fn claim(db: &DatabaseConnection, n: &notifications::Model, claim_for: Duration) -> Result<bool, DbErr> {
+    let until = crate::job_store::db_now(db.get_database_backend()).add(claim_for.as_millis() as i64);
     let claimed = notifications::Entity::update_many()
         .col_expr(notifications::Column::Attempts, Expr::val(n.attempts + 1).into())
-        .col_expr(notifications::Column::LeaseUntil, Expr::val(now + claim_for.as_millis() as i64).into())
+        .col_expr(notifications::Column::LeaseUntil, until)
         .filter(notifications::Column::Id.eq(&n.id))
         .filter(notifications::Column::Attempts.eq(n.attempts))
         .filter(notifications::Column::Status.eq("pending"))
@@ -130,12 +159,15 @@ async fn deliver(db: &DatabaseConnection, config: &Config, metrics: &Metrics, n:
 }
 
 /// What follows an attempt that was not delivered: the next try's time, or none once the
-/// notification's retries are over.
+/// notification's 24 h are over. The wait doubles from the first attempt since it was written or
+/// redelivered, and the last try is at the end of the 24 h.
 pub fn next_try(n: &notifications::Model, retry: Duration, ended_at: i64) -> Option<i64> {
-    let doublings = u32::try_from(n.attempts.saturating_sub(1)).unwrap_or(0).min(20);
+    if ended_at >= n.retry_until {
+        return None;
+    }
+    let doublings = Ord::min(u32::try_from(n.attempts.saturating_sub(n.retry_base).saturating_sub(1)).unwrap_or(0), 20);
     let wait = (retry.as_millis() as i64).saturating_mul(1i64 << doublings);
-    let next = ended_at.saturating_add(wait);
-    (next <= n.retry_until).then_some(next)
+    Some(Ord::min(ended_at.saturating_add(wait), n.retry_until))
 }
 
 /// Records attempt `n.attempts` and moves the notification on, if the attempt is still its own.
@@ -189,10 +221,14 @@ async fn record(db: &DatabaseConnection, config: &Config, metrics: &Metrics, n: 
 }
 
 /// Sends notification `id` again from now (`exportd notifications redeliver`): pending, due at
-/// once, retried for another 24 h, under the same id. `false` when there is no such notification.
+/// once, retried for another 24 h from the first wait, under the same id. An attempt in flight is
+/// fenced off (its number is passed), so it records nothing over this. `false` when there is no
+/// such notification.
 pub async fn redeliver(db: &DatabaseConnection, id: &str) -> Result<bool, DbErr> {
     let now = crate::db::db_now_ms(db).await?;
     let moved = notifications::Entity::update_many()
+        .col_expr(notifications::Column::Attempts, Expr::col(notifications::Column::Attempts).add(1))
+        .col_expr(notifications::Column::RetryBase, Expr::col(notifications::Column::Attempts).add(1))
         .col_expr(notifications::Column::Status, Expr::val("pending").into())
         .col_expr(notifications::Column::NextAttemptAt, Expr::val(now).into())
         .col_expr(notifications::Column::RetryUntil, Expr::val(now + outbox::RETRY_FOR_MS).into())
@@ -220,6 +256,7 @@ mod tests {
             payload: "{}".into(),
             status: "pending".into(),
             attempts,
+            retry_base: 0,
             next_attempt_at: None,
             retry_until: 100_000,
             lease_until: None,
@@ -229,13 +266,22 @@ mod tests {
     }
 
     #[test]
-    fn the_wait_doubles_with_each_attempt_and_ends_with_the_retries() {
+    fn the_wait_doubles_with_each_attempt_and_the_last_try_is_at_the_end_of_the_retries() {
         let retry = Duration::from_secs(5);
         assert_eq!(next_try(&after(1), retry, 0), Some(5_000));
         assert_eq!(next_try(&after(2), retry, 0), Some(10_000));
         assert_eq!(next_try(&after(3), retry, 0), Some(20_000));
         assert_eq!(next_try(&after(5), retry, 0), Some(80_000));
-        assert_eq!(next_try(&after(6), retry, 0), None);
+        assert_eq!(next_try(&after(6), retry, 0), Some(100_000), "the wait is cut to the end");
+        assert_eq!(next_try(&after(7), retry, 100_000), None, "an attempt at the end is the last");
+    }
+
+    #[test]
+    fn a_redelivery_starts_the_doubling_again() {
+        let retry = Duration::from_secs(5);
+        let redelivered = notifications::Model { retry_base: 15, ..after(16) };
+        assert_eq!(next_try(&redelivered, retry, 0), Some(5_000));
+        assert_eq!(next_try(&notifications::Model { retry_base: 15, ..after(17) }, retry, 0), Some(10_000));
     }
 
     #[test]

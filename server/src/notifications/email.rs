@@ -9,8 +9,12 @@ use lettre::message::{header::ContentType, Mailbox};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use std::time::Duration;
 
-/// The longest an email's delivery to the SMTP server may take.
+/// The longest one exchange with the SMTP server may take.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest an email's whole delivery may take (less than a claim: see
+/// [`super::delivery::CLAIM_AT_LEAST`]).
+pub const TOTAL: Duration = Duration::from_secs(15);
 
 /// The subject and text of the email of `event_type` (`export.ready`, …) for operation `id`
 /// of `subject` (a report or dataset), linking to `page_url`.
@@ -26,7 +30,10 @@ pub fn text(language: &str, event_type: &str, id: &str, subject: &str, page_url:
         };
         (
             format!("{state} {what}: {subject}"),
-            format!("{state} {what} «{subject}» ({id}).\n\nافتحه في exportd لترى حالته وتنزّل ملفه بعد تسجيل الدخول:\n{page_url}\n\nلا تحمل هذه الرسالة أي بيانات ولا رابط تنزيل.\n"),
+            format!(
+                "{state} {what} «{subject}» ({id}).\n\n{}\n{page_url}\n\nلا تحمل هذه الرسالة أي بيانات ولا رابط تنزيل.\n",
+                if status == "ready" { "افتحه في exportd لترى حالته وتنزّل ملفه بعد تسجيل الدخول:" } else { "افتحه في exportd لترى ما جرى، بعد تسجيل الدخول:" }
+            ),
         )
     } else {
         let what = if kind == "import" { "import" } else { "export" };
@@ -38,7 +45,10 @@ pub fn text(language: &str, event_type: &str, id: &str, subject: &str, page_url:
         };
         (
             format!("Your {what} of {subject} {state}"),
-            format!("Your {what} of {subject} ({id}) {state}.\n\nOpen it in exportd to see its status and, once signed in, download its file:\n{page_url}\n\nThis message carries no data and no download link.\n"),
+            format!(
+                "Your {what} of {subject} ({id}) {state}.\n\n{}\n{page_url}\n\nThis message carries no data and no download link.\n",
+                if status == "ready" { "Open it in exportd to see its status and, once signed in, download its file:" } else { "Open it in exportd, once signed in, to see what happened:" }
+            ),
         )
     }
 }
@@ -75,11 +85,11 @@ pub async fn send(config: &NotifyConfig, to: &str, subject: &str, body: &str) ->
         Ok(builder) => builder.timeout(Some(TIMEOUT)).build(),
         Err(e) => return failed("error", format!("EXPORTD_SMTP_URL: {e}")),
     };
-    match tokio::time::timeout(TIMEOUT * 3, transport.send(message)).await {
+    match tokio::time::timeout(TOTAL, transport.send(message)).await {
         Ok(Ok(answer)) => Attempt { outcome: "delivered", status_code: Some(i32::from(u16::from(answer.code()))), detail: None },
         Ok(Err(e)) if e.is_permanent() => failed("rejected", format!("{e}")),
         Ok(Err(e)) => failed("error", format!("{e}")),
-        Err(_) => failed("timeout", format!("the SMTP server did not answer in {} s", (TIMEOUT * 3).as_secs())),
+        Err(_) => failed("timeout", format!("the SMTP server did not answer in {} s", TOTAL.as_secs())),
     }
 }
 
@@ -95,6 +105,8 @@ mod tests {
         let (subject, body) = text("ar", "import.failed", "imp_1", "customers", "https://x.example/?operation=imp_1");
         assert!(subject.starts_with("فشل الاستيراد"));
         assert!(body.contains("https://x.example/?operation=imp_1"));
+        let (_, body) = text("en", "export.failed", "exp_2", "orders", "https://x.example/?operation=exp_2");
+        assert!(!body.contains("download its file"), "{body}");
     }
 
     #[test]

@@ -33,7 +33,10 @@ pub fn check(notify: Option<&Notify>, config: &Config) -> Vec<FieldError> {
         errors.push(FieldError::new("/notify", "a webhook, an email, or both"));
     }
     if let Some(hook) = &notify.webhook {
-        if let Err(problem) = webhook::target(hook, config.notify.allow_private) {
+        // The URL parser would drop a tab or a line break silently: refused, like any control character.
+        if hook.chars().any(char::is_control) {
+            errors.push(FieldError::new("/notify/webhook", "no control characters"));
+        } else if let Err(problem) = webhook::target(hook, config.notify.allow_private) {
             errors.push(FieldError::new("/notify/webhook", problem));
         }
     }
@@ -54,7 +57,7 @@ pub fn check(notify: Option<&Notify>, config: &Config) -> Vec<FieldError> {
     errors
 }
 
-/// The deliveries of operation `id` with their attempts, oldest first, for an actor who may read
+/// The deliveries of operation `id`, newest first, with their attempts, for an actor who may read
 /// the operation (any other id is the operation's own 404).
 pub async fn for_operation(state: &ServiceContext, actor: &Actor, id: &str) -> Result<NotificationList, AppError> {
     match JobKind::of_id(id) {
@@ -65,7 +68,8 @@ pub async fn for_operation(state: &ServiceContext, actor: &Actor, id: &str) -> R
     Ok(NotificationList { items: listed(&state.db, Some(id), None, 100).await? })
 }
 
-/// Notifications, newest first: of one operation, or in one status, at most `limit`.
+/// Notifications, newest first: of one operation, or in one status, at most `limit`, each with
+/// its attempts, oldest first.
 pub async fn listed<C: ConnectionTrait>(db: &C, operation: Option<&str>, status: Option<&str>, limit: u64) -> Result<Vec<NotificationView>, sea_orm::DbErr> {
     use sea_orm::QuerySelect;
     let mut query = notifications::Entity::find().order_by_desc(notifications::Column::CreatedAt).order_by_desc(notifications::Column::Id).limit(limit);

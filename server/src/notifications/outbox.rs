@@ -62,7 +62,11 @@ pub async fn record<C: ConnectionTrait>(txn: &C, row: &jobs::Model) -> Result<us
     let Some(event_type) = event(kind, &row.status) else { return Ok(0) };
     let Some(notify) = notify_of(&row.request) else { return Ok(0) };
     let body = payload(row, kind, &event_type).to_string();
-    let targets = notify.webhook.iter().map(|w| ("webhook", w.as_str())).chain(notify.email.iter().map(|e| ("email", e.as_str())));
+    // An address named twice gets one email.
+    let mut addresses: Vec<&str> = notify.email.iter().map(String::as_str).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    let targets = notify.webhook.iter().map(|w| ("webhook", w.as_str())).chain(addresses.into_iter().map(|e| ("email", e)));
     let mut written = 0;
     for (channel, target) in targets {
         notifications::ActiveModel {
@@ -76,6 +80,7 @@ pub async fn record<C: ConnectionTrait>(txn: &C, row: &jobs::Model) -> Result<us
             payload: Set(body.clone()),
             status: Set("pending".to_owned()),
             attempts: Set(0),
+            retry_base: Set(0),
             next_attempt_at: Set(Some(row.updated_at)),
             retry_until: Set(row.updated_at + RETRY_FOR_MS),
             lease_until: Set(None),

@@ -54,12 +54,14 @@ pub async fn tenant<C: ConnectionTrait>(db: &C, name: &str) -> Result<Option<ten
         .await
 }
 
-/// Replaces the tenant's secret with a new one; the old one signs beside it for 24 h. Returns
-/// the new secret.
-pub async fn rotate<C: ConnectionTrait>(db: &C, tenant_id: &str, now_ms: i64) -> Result<String, DbErr> {
+/// Replaces the tenant's secret with a new one, on the database's clock; the old one signs beside
+/// it for 24 h (a second rotation within them ends the first old one's day). Returns the new
+/// secret; a rotation that raced another's and lost is an error, and nothing of it is kept.
+pub async fn rotate<C: ConnectionTrait>(db: &C, tenant_id: &str) -> Result<String, DbErr> {
+    let now_ms = crate::db::db_now_ms(db).await?;
     let current = ensure(db, tenant_id, now_ms).await?;
     let secret = new_secret();
-    webhook_secrets::Entity::update_many()
+    let rotated = webhook_secrets::Entity::update_many()
         .col_expr(webhook_secrets::Column::Secret, sea_orm::sea_query::Expr::val(secret.clone()).into())
         .col_expr(webhook_secrets::Column::PreviousSecret, sea_orm::sea_query::Expr::val(current.secret.clone()).into())
         .col_expr(webhook_secrets::Column::PreviousUntil, sea_orm::sea_query::Expr::val(now_ms + OLD_SECRET_SIGNS_MS).into())
@@ -68,6 +70,9 @@ pub async fn rotate<C: ConnectionTrait>(db: &C, tenant_id: &str, now_ms: i64) ->
         .filter(webhook_secrets::Column::Secret.eq(current.secret))
         .exec(db)
         .await?;
+    if rotated.rows_affected != 1 {
+        return Err(DbErr::Custom("another rotation of this tenant's secret happened at the same time: run it again".into()));
+    }
     Ok(secret)
 }
 
