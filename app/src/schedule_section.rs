@@ -204,7 +204,7 @@ pub fn section(i18n: I18n, page: PageSignals) -> AnyView {
 fn field(label: fn(I18n) -> String, i18n: I18n, name: &'static str, value: RwSignal<String>, kind: &'static str) -> impl IntoView {
     view! {
         <label>{move || label(i18n)}
-            <input type=kind name=name data-testid=format!("schedule-{name}") prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
+            <input type=kind name=format!("schedule_{name}") data-testid=format!("schedule-{name}") prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
         </label>
     }
 }
@@ -212,13 +212,14 @@ fn field(label: fn(I18n) -> String, i18n: I18n, name: &'static str, value: RwSig
 fn choice(label: fn(I18n) -> String, i18n: I18n, name: &'static str, value: RwSignal<String>, options: Vec<(&'static str, fn(I18n) -> String)>) -> impl IntoView {
     view! {
         <label>{move || label(i18n)}
-            <select name=name data-testid=format!("schedule-{name}") prop:value=move || value.get() on:change=move |ev| value.set(event_target_value(&ev))>
+            <select name=format!("schedule_{name}") data-testid=format!("schedule-{name}") prop:value=move || value.get() on:change=move |ev| value.set(event_target_value(&ev))>
                 {options.into_iter().map(|(v, text)| view! { <option value=v>{move || text(i18n)}</option> }).collect_view()}
             </select>
         </label>
     }
 }
 
+// The fields are named `schedule_…`: the export form above has its own `report` and `timezone`.
 fn view(i18n: I18n, s: Schedules) -> impl IntoView {
     let language = move || if leptos_i18n::Locale::as_str(i18n.get_locale()) == "ar" { FileLanguage::Ar } else { FileLanguage::En };
     view! {
@@ -226,7 +227,7 @@ fn view(i18n: I18n, s: Schedules) -> impl IntoView {
             <h2 id="schedule-heading">{move || td_string!(i18n.get_locale(), schedule_heading)}</h2>
             <form on:submit=move |ev| { ev.prevent_default(); s.create(language()); }>
                 <label>{move || td_string!(i18n.get_locale(), report)}
-                    <select name="report" data-testid="schedule-report" prop:value=move || s.report.get() on:change=move |ev| s.report.set(event_target_value(&ev))>
+                    <select name="schedule_report" data-testid="schedule-report" prop:value=move || s.report.get() on:change=move |ev| s.report.set(event_target_value(&ev))>
                         {crate::page_catalog().reports.into_iter().map(|r| {
                             let value = r.titled.name.clone();
                             view! { <option value=value>{move || r.titled.title(leptos_i18n::Locale::as_str(i18n.get_locale())).to_owned()}</option> }

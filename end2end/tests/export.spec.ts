@@ -1,9 +1,9 @@
 import { test, expect, Page, BrowserContext } from '@playwright/test';
 import { parse } from 'csv-parse/sync';
-import { readFileSync, mkdirSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { gunzipSync } from 'node:zlib';
-import pg from 'pg';
+import { e2eDatabaseUrl, query, lang, shot, signIn } from './support';
 
 // The server runs its worker with `each_chunk=sleep(…)` (see start-server.sh): an export of the
 // whole range takes several seconds, one of the last 7 days a moment. The tests wait on states
@@ -14,22 +14,6 @@ const BOB = 'bob@acme.test';
 const SLOT = 'exportd.intent.acme.bob@acme.test';
 const SETTLED = ['idle', 'ready', 'failed', 'cancelled', 'expired'];
 const TERMINAL = /^(ready|failed|cancelled|expired)$/;
-
-function e2eDatabaseUrl(): string {
-  const url = new URL(process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres');
-  url.pathname = '/exportd_e2e';
-  return url.toString();
-}
-
-async function query<T>(sql: string, params: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ connectionString: e2eDatabaseUrl() });
-  await client.connect();
-  try {
-    return (await client.query(sql, params)).rows as T[];
-  } finally {
-    await client.end();
-  }
-}
 
 async function exportsSince(t0: number, email = BOB): Promise<{ id: string; status: string }[]> {
   return query(
@@ -44,12 +28,7 @@ function exportd(args: string[]) {
   execFileSync(exe, args, { env: { ...process.env, DATABASE_URL: e2eDatabaseUrl() }, stdio: 'pipe' });
 }
 
-/// The language the page starts in: the project's (playwright.config.ts runs every test in
 /// English and in Arabic, by the browser's Accept-Language).
-function lang(): 'en' | 'ar' {
-  return test.info().project.name === 'ar' ? 'ar' : 'en';
-}
-
 /// The few words the tests read, in each language.
 const WORDS = {
   en: {
@@ -64,19 +43,6 @@ const WORDS = {
 const words = () => WORDS[lang()];
 
 /// Saves a screenshot named by the page's language at the start and `name`.
-function shot(page: Page, name: string) {
-  mkdirSync(`${__dirname}/../screenshots`, { recursive: true });
-  return page.screenshot({ path: `${__dirname}/../screenshots/${lang()}-${name}.png`, fullPage: true });
-}
-
-async function signIn(page: Page, email = BOB) {
-  await page.goto('/');
-  await page.locator('input[name=email]').fill(email);
-  await page.locator('input[name=password]').fill('export-demo');
-  await page.getByTestId('sign-in').click();
-  await expect(page.getByTestId('who')).toHaveText(email);
-}
-
 /// The whole two years of demo data: a slow export.
 async function wholeRange(page: Page) {
   // By name, not label: the same in English and Arabic.
@@ -132,7 +98,7 @@ async function watchExportButton(context: BrowserContext) {
 
 test('1: a double click on Export makes one operation', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await shot(page, 'form');
   await page.getByTestId('export').dblclick();
   await settle(page);
@@ -148,7 +114,7 @@ test('1: a double click on Export makes one operation', async ({ page }) => {
 
 test('2: a create answer lost after the server committed is retried with the same key and shows the one operation', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   const keys: string[] = [];
   let lost = false;
   await page.route('**/sfn/create_export', async (route) => {
@@ -175,7 +141,7 @@ test('2: a create answer lost after the server committed is retried with the sam
 test('3: a reload while running resumes the same operation without a create, Export disabled throughout', async ({ page, context }) => {
   await watchExportButton(context);
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await wholeRange(page);
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
@@ -210,7 +176,7 @@ test('3: a reload while running resumes the same operation without a create, Exp
 
 test('4: a second tab shows the same operation and starts no other while it is in flight', async ({ page, context }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await wholeRange(page);
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', /queued|running/);
@@ -233,7 +199,7 @@ test('4: a second tab shows the same operation and starts no other while it is i
 
 test('5: cancel while running ends cancelled with no download; Download twice mints two links and makes no operation', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await wholeRange(page);
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
@@ -260,7 +226,7 @@ test('5: cancel while running ends cancelled with no download; Download twice mi
 
 test('6: a role revoked through the CLI during an export shows the failure and its reason, and the download is refused', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await wholeRange(page);
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
@@ -290,7 +256,7 @@ test("7: another tenant's operation id planted in localStorage shows nothing of 
   expect(theirs).toMatch(/^exp_/);
   await gina.close();
 
-  await signIn(page);
+  await signIn(page, BOB);
   await expect(status(page)).toHaveAttribute('data-state', /^(idle|ready|failed|cancelled|expired)$/, { timeout: 60_000 });
   await page.evaluate(([slot, id]) => {
     localStorage.setItem(slot, JSON.stringify({ key: 'planted', request: { report: 'orders' }, id, settled: false }));
@@ -304,7 +270,7 @@ test("7: another tenant's operation id planted in localStorage shows nothing of 
 });
 
 test('9: a server function refuses another origin, and its error reaches the page as the typed problem', async ({ page }) => {
-  await signIn(page);
+  await signIn(page, BOB);
   const refused = await page.request.post('/sfn/create_export', {
     headers: { Origin: 'https://evil.example', Accept: 'application/json' },
     data: { key: 'k-evil', request: { report: 'orders' } },
@@ -329,7 +295,7 @@ test('9: a server function refuses another origin, and its error reaches the pag
 
 test('the downloaded file of a ready export has the rows of the database', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await page.locator('select[name=report]').selectOption('orders');
   await page.locator('select[name=range]').selectOption('last_7_days');
   await page.getByTestId('export').click();
@@ -353,7 +319,7 @@ test('the downloaded file of a ready export has the rows of the database', async
 
 test('the page is usable on a 360 px wide screen: nothing is wider than the screen and Export can be reached', async ({ page }) => {
   await page.setViewportSize({ width: 360, height: 740 });
-  await signIn(page);
+  await signIn(page, BOB);
   await page.locator('select[name=range]').selectOption('custom');
   const widest = await page.evaluate(() => document.documentElement.scrollWidth);
   expect(widest).toBeLessThanOrEqual(360);
@@ -364,7 +330,7 @@ test('the page is usable on a 360 px wide screen: nothing is wider than the scre
 
 test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rendered byte, shows the same states, and its file has the rows of the database', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   // The English project switches; the Arabic one starts there and switches twice, to show the
   // switch goes both ways.
   if (lang() === 'ar') {
@@ -424,7 +390,7 @@ test('8: the Arabic page has lang="ar" and dir="rtl" from the first server-rende
 
 test('a large export in parts shows its parts as they are done, then offers the bundle and each part alone', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await wholeRange(page);
   await page.locator('input[name=consistency]').check();
   await page.locator('input[name=compression]').check();
@@ -471,7 +437,7 @@ test('over plain HTTP on a LAN address, where crypto.randomUUID does not exist, 
   });
   const page = await context.newPage();
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   expect(await page.evaluate(() => typeof (crypto as unknown as { randomUUID?: unknown }).randomUUID)).toBe('undefined');
   await exportUntilReady(page);
   const made = await exportsSince(t0);
@@ -491,7 +457,7 @@ test('a running export whose total is not counted yet shows a progress bar that 
     }
     await route.fulfill({ response, json: body });
   });
-  await signIn(page);
+  await signIn(page, BOB);
   await wholeRange(page);
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
@@ -504,7 +470,7 @@ test('a running export whose total is not counted yet shows a progress bar that 
 
 test('an export whose file has expired is listed as expired, with no download', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await exportUntilReady(page);
   const [op] = await exportsSince(t0);
   // What the janitor records when the file's retention ends.
@@ -517,7 +483,7 @@ test('an export whose file has expired is listed as expired, with no download', 
 });
 
 test('signing out clears the list, notice and field errors of the user before, and the next user sees only their own', async ({ page }) => {
-  await signIn(page);
+  await signIn(page, BOB);
   await exportUntilReady(page);
   const rows = page.getByTestId('recent-row');
   await expect(rows.first()).toBeVisible();
@@ -561,7 +527,7 @@ test('a viewer sees its past exports with Export disabled, says why, and offers 
 
 test('a Download answered 410 because the file expired turns the export into expired, with no Download left', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await exportUntilReady(page);
   const [op] = await exportsSince(t0);
   // Issue 21's defect 7: the size's unit and the digest's label are in the page's language.
@@ -580,7 +546,7 @@ test('a Download answered 410 because the file expired turns the export into exp
 
 test('the recent list shows the days the user chose, in the timezone of the export, last day included', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   for (const timezone of ['UTC', 'Asia/Riyadh', 'America/New_York']) {
     await page.locator('select[name=range]').selectOption('custom');
     await page.locator('input[name=from]').fill('2026-01-01');
@@ -615,7 +581,7 @@ test('screen readers hear each state change once, never the numbers of every pol
       for (const region of changed) heard.push(region.textContent ?? '');
     }).observe(document, { subtree: true, childList: true, characterData: true });
   });
-  await signIn(page);
+  await signIn(page, BOB);
   await wholeRange(page);
   const start = await page.evaluate(() => (window as unknown as { heard: string[] }).heard.length);
   await page.getByTestId('export').click();
@@ -634,7 +600,7 @@ test('screen readers hear each state change once, never the numbers of every pol
 
 test('an Export click right after a cancel starts a new operation, not the cancelled one again', async ({ page }) => {
   const t0 = Date.now();
-  await signIn(page);
+  await signIn(page, BOB);
   await wholeRange(page);
   await page.getByTestId('export').click();
   await expect(status(page)).toHaveAttribute('data-state', 'running', { timeout: 30_000 });
@@ -659,7 +625,7 @@ test('an Export click right after a cancel starts a new operation, not the cance
 });
 
 test('the language switch is marked with its own language, the role is translated, and the address and tenant keep their direction', async ({ page }) => {
-  await signIn(page);
+  await signIn(page, BOB);
   const [first, other] = lang() === 'en' ? (['en', 'ar'] as const) : (['ar', 'en'] as const);
   const role = { en: 'analyst', ar: 'محلل' };
   await expect(page.locator('html')).toHaveAttribute('lang', first);
@@ -684,7 +650,7 @@ test('a create that only ever fails stops after a bounded time with Try again an
   const t0 = Date.now();
   // The page's timers and clock are Playwright's, so the half minute of tries passes at once.
   await page.clock.install();
-  await signIn(page);
+  await signIn(page, BOB);
   const keys: string[] = [];
   await page.route('**/sfn/create_export', async (route) => {
     keys.push(route.request().postDataJSON().key);
@@ -739,7 +705,7 @@ test('a create that only ever fails stops after a bounded time with Try again an
 test('a poll answered with a 4xx that asking again will not change stops at once with Try again and Discard; Try again follows the same operation to the end', async ({ page }) => {
   const t0 = Date.now();
   await page.clock.install();
-  await signIn(page);
+  await signIn(page, BOB);
   let refused = 0;
   await page.route('**/sfn/export_status', async (route) => {
     refused += 1;
@@ -767,7 +733,7 @@ test('a poll answered with a 4xx that asking again will not change stops at once
 test('a poll the server does not answer in time is aborted, not left open beside the polls after it, and the export is still followed to the end', async ({ page }) => {
   const t0 = Date.now();
   await page.clock.install();
-  await signIn(page);
+  await signIn(page, BOB);
   // The first poll is held, never answered (a server that hangs); later ones go through.
   let held = 0;
   await page.route('**/sfn/export_status', async (route) => {
@@ -824,7 +790,7 @@ test('two tabs clicking Export at once, one while the other is between reading a
     keys.length = 0;
     const first = await context.newPage();
     if (round === 0) {
-      await signIn(first);
+      await signIn(first, BOB);
     } else {
       await first.goto('/');
     }
@@ -850,7 +816,7 @@ test('two tabs clicking Export at once, one while the other is between reading a
 });
 
 test('a Download refused with 403 because the role changed says so and offers no Download any more', async ({ page }) => {
-  await signIn(page);
+  await signIn(page, BOB);
   await exportUntilReady(page);
   exportd(['user', 'set-role', BOB, 'viewer']);
   try {
@@ -866,7 +832,7 @@ test('a Download refused with 403 because the role changed says so and offers no
 });
 
 test('a double click on More, or a refresh racing it, lists each export once', async ({ page }) => {
-  await signIn(page);
+  await signIn(page, BOB);
   // More than two pages (of 20) of exports: made and cancelled through the API.
   const count = async () => Number((await query<{ n: string }>('SELECT COUNT(*) AS n FROM jobs e JOIN users u ON u.id = e.actor_id WHERE u.email = $1', [BOB]))[0].n);
   const origin = new URL(page.url()).origin;
@@ -921,7 +887,7 @@ test('a double click on More, or a refresh racing it, lists each export once', a
 });
 
 test('a return visit downloads no wasm, glue or stylesheet: each is named by its hash and kept a year', async ({ page, context }) => {
-  await signIn(page);
+  await signIn(page, BOB);
   const assets = await page.evaluate(() => performance.getEntriesByType('resource').map((e) => e.name).filter((n) => /\/pkg\//.test(n)));
   const wasm = assets.find((n) => n.endsWith('.wasm'));
   expect(wasm).toMatch(/\/pkg\/exportd\.[A-Za-z0-9_-]+\.wasm$/);
@@ -940,7 +906,7 @@ test('a return visit downloads no wasm, glue or stylesheet: each is named by its
 });
 
 test('the page comes with who is signed in, so a reload asks no /api/session, and no cache keeps it', async ({ page }) => {
-  await signIn(page);
+  await signIn(page, BOB);
   const asked: string[] = [];
   page.on('request', (r) => {
     if (r.url().includes('/api/session')) asked.push(r.method());

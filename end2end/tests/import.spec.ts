@@ -1,7 +1,7 @@
 import { test, expect, Page } from '@playwright/test';
 import { parse } from 'csv-parse/sync';
-import { readFileSync, mkdirSync } from 'node:fs';
-import pg from 'pg';
+import { readFileSync } from 'node:fs';
+import { query, lang, shot, signIn } from './support';
 
 // The import section (SPEC §10 "Browser"). The server applies imports in batches of 100 rows and
 // waits a moment before each (start-server.sh), so an apply of a few thousand rows runs long
@@ -11,44 +11,11 @@ test.describe.configure({ mode: 'serial' });
 const ALICE = 'alice@acme.test';
 const IMPORT_SLOT = 'exportd.import.acme.alice@acme.test';
 
-function e2eDatabaseUrl(): string {
-  const url = new URL(process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres');
-  url.pathname = '/exportd_e2e';
-  return url.toString();
-}
-
-async function query<T>(sql: string, params: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ connectionString: e2eDatabaseUrl() });
-  await client.connect();
-  try {
-    return (await client.query(sql, params)).rows as T[];
-  } finally {
-    await client.end();
-  }
-}
-
 async function importsSince(t0: number): Promise<{ id: string; status: string; request: string }[]> {
   return query(
     "SELECT j.id, j.status, j.request FROM jobs j JOIN users u ON u.id = j.actor_id WHERE u.email = $1 AND j.kind = 'import' AND j.created_at >= $2 ORDER BY j.created_at",
     [ALICE, t0],
   );
-}
-
-function lang(): 'en' | 'ar' {
-  return test.info().project.name === 'ar' ? 'ar' : 'en';
-}
-
-function shot(page: Page, name: string) {
-  mkdirSync(`${__dirname}/../screenshots`, { recursive: true });
-  return page.screenshot({ path: `${__dirname}/../screenshots/${lang()}-${name}.png`, fullPage: true });
-}
-
-async function signIn(page: Page, email: string) {
-  await page.goto('/');
-  await page.locator('input[name=email]').fill(email);
-  await page.locator('input[name=password]').fill('export-demo');
-  await page.getByTestId('sign-in').click();
-  await expect(page.getByTestId('who')).toHaveText(email);
 }
 
 const importStatus = (page: Page) => page.getByTestId('import-status');

@@ -1,40 +1,12 @@
-import { test, expect, Page } from '@playwright/test';
+import { test, expect } from '@playwright/test';
 import { mkdirSync } from 'node:fs';
-import pg from 'pg';
+import { query, lang, signIn } from './support';
 
 // The schedules section (contract §15): an admin makes a schedule, pauses, resumes and deletes it,
 // and reads its runs; other roles do not see the section. The tests wait on what the page shows.
 test.describe.configure({ mode: 'serial' });
 
 const ALICE = 'alice@acme.test';
-
-function e2eDatabaseUrl(): string {
-  const url = new URL(process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres');
-  url.pathname = '/exportd_e2e';
-  return url.toString();
-}
-
-async function query<T>(sql: string, params: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ connectionString: e2eDatabaseUrl() });
-  await client.connect();
-  try {
-    return (await client.query(sql, params)).rows as T[];
-  } finally {
-    await client.end();
-  }
-}
-
-function lang(): 'en' | 'ar' {
-  return test.info().project.name === 'ar' ? 'ar' : 'en';
-}
-
-async function signIn(page: Page, email: string) {
-  await page.goto('/');
-  await page.locator('input[name=email]').fill(email);
-  await page.locator('input[name=password]').fill('export-demo');
-  await page.getByTestId('sign-in').click();
-  await expect(page.getByTestId('who')).toHaveText(email);
-}
 
 test('an admin makes one schedule with a double click, pauses, resumes and deletes it, and reads its runs', async ({ page }) => {
   const t0 = Date.now();
