@@ -21,6 +21,10 @@ pub fn new_secret() -> String {
 
 /// The secret of `tenant_id`, made now if it has none (two makers at once keep the first).
 pub async fn ensure<C: ConnectionTrait>(db: &C, tenant_id: &str, now_ms: i64) -> Result<webhook_secrets::Model, DbErr> {
+    // Every webhook attempt asks: a read answers it, and only a tenant without one writes.
+    if let Some(secret) = webhook_secrets::Entity::find_by_id(tenant_id.to_owned()).one(db).await? {
+        return Ok(secret);
+    }
     webhook_secrets::Entity::insert(webhook_secrets::ActiveModel {
         tenant_id: Set(tenant_id.to_owned()),
         secret: Set(new_secret()),
