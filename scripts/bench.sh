@@ -8,6 +8,7 @@
 #   BENCH_ORDERS=100000 scripts/bench.sh
 #   BENCH_ONLY=imports BENCH_ORDERS=1000 scripts/bench.sh   # the import figures alone
 #   BENCH_ONLY=exports scripts/bench.sh                     # the export figures alone, both backends
+#   BENCH_ONLY=checkpointed scripts/bench.sh                # the checkpointed export and its resume alone
 #   BENCH_ONLY=xlsx scripts/bench.sh                        # the workbook figures alone
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"

@@ -11,7 +11,8 @@
 //! release's transaction, after its UPDATE), `after_release`, and `before_end_attempt` (on the
 //! failure path, before the transition). A checkpointed export meets, for each part,
 //! `each_chunk`, `mid_stream`, `after_part_staged` (streamed, before its check) and
-//! `after_checkpoint` (its checkpoint committed), then `before_release` and the rest.
+//! `after_checkpoint` (its checkpoint committed), then `before_release` and the rest; and
+//! `part_read_ahead` whenever a part's read begins while the part before it streams.
 //!
 //! They are configured with the `fail` crate: `FAILPOINTS=after_publish=return(crash)` in a
 //! process's environment, or `fail::cfg` / `fail::cfg_callback` in-process. `return(crash)`

@@ -84,8 +84,8 @@ on_both_backends!(each_part_shows_its_own_snapshot_and_no_transaction_of_the_exp
     let created_at = exportd::db::db_now_ms(&app.db).await.unwrap();
     let id = create(&app, &bob, "moments", &checkpointed()).await;
 
-    // After part 1 (while part 2 may be being read): rows change in parts already read and
-    // parts not read yet, rows are deleted and inserted.
+    // After part 1 (while part 2 may be being read, and part 3 read ahead): rows change in parts
+    // already read and parts not read yet, rows are deleted and inserted.
     assert!(boundary.reached_within(LONG).await, "part 1 checkpointed");
     let running = view(&app, &bob, &id).await;
     assert_eq!(running["status"], "running", "{running}");
@@ -94,7 +94,7 @@ on_both_backends!(each_part_shows_its_own_snapshot_and_no_transaction_of_the_exp
     // Part 1's rows, and perhaps some of part 2's, read ahead.
     let shown = running["progress"]["rows_written"].as_i64().unwrap_or_default();
     assert!((500..=1_000).contains(&shown), "{running}");
-    let (early, late, gone) = (before[10], before[1_200], before[2_100]);
+    let (early, late, gone) = (before[10], before[1_700], before[2_100]);
     app.exec(&format!("UPDATE orders SET notes = 'changed between parts' WHERE id IN ({early}, {late})")).await;
     app.exec(&format!("DELETE FROM orders WHERE id = {gone}")).await;
     app.exec(
@@ -103,18 +103,19 @@ on_both_backends!(each_part_shows_its_own_snapshot_and_no_transaction_of_the_exp
     )
     .await;
     let changed_at = exportd::db::db_now_ms(&app.db).await.unwrap();
-    // The worker reads part n + 1 while it checkpoints part n: at the boundary after part n, the
-    // only read that may be open is that of part n + 1, begun after the boundary before. No
-    // transaction of the export lives across two boundaries.
+    // The worker reads part n + 1 while it checkpoints part n, and once part n + 1's last key is
+    // known, begins part n + 2's read: at the boundary after part n, the reads that may be open
+    // are those of parts n + 1 and n + 2, both begun after the boundary before the one before.
+    // No transaction of the export lives across three boundaries.
     let mut passes = 0;
-    let mut previous_boundary = created_at;
+    let mut boundaries = [created_at, created_at];
     loop {
         let now = exportd::db::db_now_ms(&app.db).await.unwrap();
         if backend == Backend::Postgres {
-            let old = transactions_open_since(&app, previous_boundary).await;
-            assert_eq!(old, Vec::<String>::new(), "at the boundary after part {}, a transaction begun before the one after part {passes} is open", passes + 1);
+            let old = transactions_open_since(&app, boundaries[0]).await;
+            assert_eq!(old, Vec::<String>::new(), "at the boundary after part {}, a transaction begun before the one after part {} is open", passes + 1, passes.max(1) - 1);
         }
-        previous_boundary = now;
+        boundaries = [boundaries[1], now];
         boundary.pass();
         passes += 1;
         if !boundary.reached_within(Duration::from_secs(20)).await {
@@ -133,19 +134,54 @@ on_both_backends!(each_part_shows_its_own_snapshot_and_no_transaction_of_the_exp
     let notes = header.iter().position(|h| h == "notes").expect("a notes column");
     let note_of = |key: i64| rows.iter().find(|r| r[0] == key.to_string()).map(|r| r[notes].to_owned()).unwrap();
     assert_ne!(note_of(early), "changed between parts", "a row of part 1 shows part 1's moment");
-    assert_eq!(note_of(late), "changed between parts", "a row of part 3 shows part 3's moment");
+    assert_eq!(note_of(late), "changed between parts", "a row of part 4 shows part 4's moment");
     assert!(rows.iter().all(|r| &r[notes] != "inserted during the export"));
 
     let parts = unzipped.manifest["parts"].as_array().unwrap();
     assert!(millis(&parts[0]["read_at"]) <= changed_at, "part 1 was read before the change: {}", parts[0]);
-    for part in &parts[2..] {
-        assert!(millis(&part["read_at"]) >= changed_at, "parts from 3 on were read after it: {part}");
+    for part in &parts[3..] {
+        assert!(millis(&part["read_at"]) >= changed_at, "parts from 4 on were read after it: {part}");
     }
     assert!(parts.windows(2).all(|w| millis(&w[0]["read_at"]) <= millis(&w[1]["read_at"])), "each part has its own, later moment");
     assert!(parts.iter().all(|p| p["attempt"] == 1 && p["generation"] == 1), "one attempt read them all");
     drop(boundary);
     app.stop().await;
 });
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgresql_part_3_is_read_while_part_1_is_still_being_checkpointed() {
+    let app = TestApp::start(options(Backend::Postgres)).await;
+    let bob = app.login("bob@acme.test").await;
+    let ahead = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = ahead.clone();
+    fail::cfg_callback(app.fault("part_read_ahead"), move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    })
+    .unwrap();
+    let mut boundary = Gate::close(&app.fault("after_checkpoint"));
+    let id = create(&app, &bob, "ahead", &checkpointed()).await;
+    boundary.reached().await;
+    // Part 2 was read ahead while part 1 streamed. Part 1's checkpoint is held now; part 2
+    // streams beside it, and once part 2's last key is known, part 3's read begins on the pool's
+    // idle connection. Part 4's cannot begin before part 3 streams, after the checkpoint.
+    let deadline = tokio::time::Instant::now() + LONG;
+    while ahead.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "part 3 was not read while part 1's checkpoint was held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ahead.load(std::sync::atomic::Ordering::SeqCst), 2, "parts 2 and 3 read ahead, no more");
+    assert_eq!(checkpoints(&app, &id).await, vec![(1, 1)], "part 1 alone is checkpointed");
+    boundary.open();
+    let done = app.wait_terminal(&bob, &id, LONG).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    assert_eq!(ahead.load(std::sync::atomic::Ordering::SeqCst), 5, "parts 2 to 6 were each read while the part before them streamed");
+    let (_, bytes) = download(&app, &bob, &format!("/api/exports/{id}/download")).await;
+    let (_, rows) = bundles::check(&bytes, &done, 500);
+    assert_eq!(bundles::keys(&rows), keys(&app).await, "every row once, in key order");
+    fail::remove(app.fault("part_read_ahead"));
+    drop(boundary);
+    app.stop().await;
+}
 
 on_both_backends!(a_store_outage_during_part_3_waits_to_retry_and_resumes_at_part_3_not_at_part_1, |backend| {
     let app = TestApp::start(Options { adjust: |c| { c.part_rows = 500; c.max_attempts = 20; }, ..options(backend) }).await;

@@ -86,6 +86,28 @@ pub struct KeyRange {
     pub limit: u64,
 }
 
+/// Where a part's rows end, known as soon as its snapshot has found its last key (before its rows
+/// stream): the next part's read may begin from there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartEnd {
+    /// The part's last key; `None` when no row is left.
+    pub end: Option<i64>,
+    /// Whether no row of the export is left after it.
+    pub last: bool,
+}
+
+/// A read begun by [`produce`]: its chunks, what stops it, and (for a part on PostgreSQL) where
+/// its rows end, as soon as its snapshot knows.
+pub struct Reading {
+    /// The file's chunks, as they come.
+    pub produced: mpsc::Receiver<Produced>,
+    /// The read itself.
+    pub producer: Producer,
+    /// A part's end: sent once, before its rows; dropped unsent by a read that cannot tell
+    /// early (SQLite reads a part in one step) or that failed.
+    pub part_end: Option<tokio::sync::oneshot::Receiver<PartEnd>>,
+}
+
 /// Why reading the snapshot failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -201,6 +223,9 @@ pub struct Plan {
     params: Vec<(String, Bound)>,
 }
 
+/// Where a plan's two conditions on the report's time are among its conditions.
+const TIME_CONDITIONS: std::ops::Range<usize> = 1..3;
+
 /// A request value bound to a query: SQLite binds it as it is; PostgreSQL's `COPY` takes no
 /// parameters, so the read sets each as a setting of its transaction (`set_config`) and the query
 /// reads it back with `current_setting`, cast to its type.
@@ -297,6 +322,7 @@ impl Plan {
         }
         select.extend(currencies);
 
+        // The tenant's condition first, then the time's two (TIME_CONDITIONS), then the filters'.
         let mut conditions = vec![format!("({}) = {}", report.tenant, literal(backend, source_id))];
         let time = &report.time_sql;
         match report.time_unit {
@@ -411,6 +437,23 @@ impl Plan {
     /// The query that reads the rows, in file order.
     pub fn rows_sql(&self) -> String {
         self.query(&self.select.join(", "), None, true, None)
+    }
+
+    /// The same rows read by walking the tenant's rows in key order, each row's time checked as
+    /// it is read: the time's conditions carry a unary `+`, which keeps SQLite from reading them
+    /// from an index (and then sorting every row by key). SQLite has no statistics of a range's
+    /// size, so it takes the time's index even when the range holds nearly all the rows.
+    pub fn rows_sql_in_key_order(&self) -> String {
+        let mut walk = self.clone();
+        for condition in &mut walk.conditions[TIME_CONDITIONS] {
+            condition.insert(0, '+');
+        }
+        walk.rows_sql()
+    }
+
+    /// The query that counts the tenant's rows, whatever their time.
+    pub fn tenant_count_sql(&self) -> String {
+        format!("SELECT COUNT(*) FROM {} WHERE {}", self.count_from, self.conditions[0])
     }
 
     /// The bound values: parameter names and values.
@@ -706,19 +749,40 @@ async fn stop_read(interrupt: Interrupt, mut handle: tokio::task::JoinHandle<Res
 
 /// Starts reading `plan`'s snapshot; chunks arrive on the receiver. Dropping the receiver stops
 /// the producer at its next chunk; [`Producer::stop`] stops it at once.
-pub fn produce(source: &Source, plan: Plan) -> (mpsc::Receiver<Produced>, Producer) {
+pub fn produce(source: &Source, plan: Plan) -> Reading {
+    produce_on(source, plan, None)
+}
+
+/// Starts reading a part's snapshot ahead of its turn, on a snapshot connection that is idle
+/// now: the database finds and sorts its rows while the part before it streams, and its chunks
+/// wait, a few in flight, until the attempt stages them. `None` when no connection is idle (the
+/// job's own is busy with the part before; the spare belongs to whichever job takes it first),
+/// and on SQLite, whose part is read in one step.
+pub fn produce_ahead(source: &Source, plan: Plan) -> Option<Reading> {
+    match source {
+        Source::Postgres { pool, .. } => {
+            let idle = pool.try_acquire()?;
+            Some(produce_on(source, plan, Some(idle)))
+        }
+        Source::Sqlite(_) => None,
+    }
+}
+
+fn produce_on(source: &Source, plan: Plan, idle: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>) -> Reading {
     let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
+    let (end_tx, end_rx) = tokio::sync::oneshot::channel();
+    let part_end = plan.part.is_some().then_some(end_rx);
     match source.clone() {
         Source::Postgres { pool, control } => {
             let backends = std::sync::Arc::new(tokio::sync::Mutex::new(Backends::default()));
-            let handle = tokio::spawn(produce_postgres(pool, plan, tx, backends.clone()));
-            (rx, Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control } })
+            let handle = tokio::spawn(produce_postgres(pool, idle, plan, tx, end_tx, backends.clone()));
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control } }, part_end }
         }
         Source::Sqlite(path) => {
             let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
             let interrupt = Interrupt::Sqlite(slot.clone());
             let handle = tokio::task::spawn_blocking(move || produce_sqlite(&path, &plan, &tx, &slot));
-            (rx, Producer { handle: Some(handle), interrupt })
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt }, part_end }
         }
     }
 }
@@ -836,9 +900,20 @@ impl std::io::Write for ChunkSender<'_> {
     }
 }
 
-async fn produce_postgres(pool: sqlx::PgPool, plan: Plan, tx: mpsc::Sender<Produced>, backends: std::sync::Arc<tokio::sync::Mutex<Backends>>) -> Result<(), SnapshotError> {
-    let mut rows = register(pool.acquire().await?, &backends).await?;
-    let read = read_postgres(&pool, &mut rows.conn, plan, tx, &backends).await;
+async fn produce_postgres(
+    pool: sqlx::PgPool,
+    idle: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
+    plan: Plan,
+    tx: mpsc::Sender<Produced>,
+    part_end: tokio::sync::oneshot::Sender<PartEnd>,
+    backends: std::sync::Arc<tokio::sync::Mutex<Backends>>,
+) -> Result<(), SnapshotError> {
+    let conn = match idle {
+        Some(conn) => conn,
+        None => pool.acquire().await?,
+    };
+    let mut rows = register(conn, &backends).await?;
+    let read = read_postgres(&pool, &mut rows.conn, plan, tx, part_end, &backends).await;
     give_back(rows, read.is_ok(), &backends).await;
     read
 }
@@ -848,6 +923,7 @@ async fn read_postgres(
     rows: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
     plan: Plan,
     tx: mpsc::Sender<Produced>,
+    part_end: tokio::sync::oneshot::Sender<PartEnd>,
     backends: &std::sync::Arc<tokio::sync::Mutex<Backends>>,
 ) -> Result<(), SnapshotError> {
     let mut conn = sqlx::Connection::begin(&mut **rows).await?;
@@ -879,7 +955,10 @@ async fn read_postgres(
         Some(end_sql) => {
             let end: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(end_sql)).fetch_optional(&mut *conn).await?;
             let max_key = plan.part.map_or(0, |r| r.max_key);
-            (plan.part_rows_sql(end.unwrap_or(max_key)), end.is_none_or(|end| end >= max_key))
+            let last = end.is_none_or(|end| end >= max_key);
+            // Unheard when no one waits for it.
+            let _ = part_end.send(PartEnd { end, last });
+            (plan.part_rows_sql(end.unwrap_or(max_key)), last)
         }
         None => (plan.rows_sql(), true),
     };
@@ -902,40 +981,55 @@ impl<W: RowEncoder> Chunker<W> {
 /// Copies the rows of `rows_sql` in the snapshot `conn` holds into `out`, sends the part's keys
 /// (with `part`: the moment its snapshot shows, and whether it is the last), waits for the count
 /// and ends the snapshot; the file's end is left to the caller.
+///
+/// Three steps overlap: this task takes the COPY's bytes off the connection and hands them on
+/// in batches; a blocking thread decodes the rows and writes the file's cells ([`encode_rows`]);
+/// the attempt hashes and stores the chunks. A tokio task that wakes another runs it on its own
+/// thread next, so the decoding, kept on a task, ran in turn with the reading and the hashing
+/// rather than beside them (measured: one thread of the worker busy, the other idle).
 async fn copy_rows<W: RowEncoder>(
     mut conn: sqlx::Transaction<'_, sqlx::Postgres>,
     plan: &Plan,
     rows_sql: &str,
     (read_at, last): (Option<i64>, bool),
-    mut out: Chunker<W>,
+    out: Chunker<W>,
     tx: &mpsc::Sender<Produced>,
     mut counting: tokio::task::JoinSet<Result<(), SnapshotError>>,
 ) -> Result<Chunker<W>, SnapshotError> {
-    let mut decoder = CopyBinary::default();
-    let mut keys = Keys::default();
-    {
+    let (raw_tx, raw_rx) = mpsc::channel::<bytes::Bytes>(BATCHES_IN_FLIGHT);
+    let shape = RowShape { columns: plan.columns.clone(), extra: plan.extra_fields(), key_at: plan.part.map(|_| plan.select.len() - 1) };
+    let chunks = tx.clone();
+    let mut encoding = tokio::task::spawn_blocking(move || encode_rows(&shape, raw_rx, out, &chunks));
+    let read: Result<(), SnapshotError> = async {
         let statement = format!("COPY ({rows_sql}) TO STDOUT (FORMAT binary)");
         let mut copy = conn.copy_out_raw(&statement).await?;
+        let mut batch = BytesMut::with_capacity(BATCH_BYTES);
         while let Some(message) = copy.next().await {
             // Rows arrive faster than they are written; a task that never waits would starve the
             // heartbeats that keep this and every other job's lease alive. Give way now and then.
             tokio::task::coop::consume_budget().await;
-            decoder.feed(&message?);
-            while let Some(tuple) = decoder.next_tuple()? {
-                write_fields(&plan.columns, plan.extra_fields(), &tuple, &mut out.file)?;
-                if plan.part.is_some() {
-                    keys.saw(key_field(&tuple, plan.select.len() - 1)?);
+            batch.extend_from_slice(&message?);
+            if batch.len() >= BATCH_BYTES {
+                let full = std::mem::replace(&mut batch, BytesMut::with_capacity(BATCH_BYTES));
+                // The encoder gone means it failed: its own error says why.
+                if raw_tx.send(full.freeze()).await.is_err() {
+                    return Ok(());
                 }
-                out.row_done()?;
-            }
-            for chunk in out.ready.drain(..) {
-                tx.send(chunk).await.map_err(|_| Stopped)?;
             }
         }
+        if !batch.is_empty() {
+            let _ = raw_tx.send(batch.freeze()).await;
+        }
+        Ok(())
     }
-    if !decoder.finished() {
-        return Err(SnapshotError::Database("the COPY stream ended before its trailer".into()));
+    .await;
+    drop(raw_tx);
+    if let Err(e) = read {
+        // Ends the encoder: its batches stop, and it stops at the next.
+        encoding.abort();
+        return Err(e);
     }
+    let (out, keys) = (&mut encoding).await.map_err(|e| SnapshotError::Database(format!("the rows' encoding stopped: {e}")))??;
     if let Some(read_at) = read_at {
         tx.send(keys.part(read_at, last)).await.map_err(|_| Stopped)?;
     }
@@ -945,6 +1039,45 @@ async fn copy_rows<W: RowEncoder>(
     }
     conn.commit().await?;
     Ok(out)
+}
+
+/// Bytes of a COPY stream gathered before they are handed to the encoding thread.
+const BATCH_BYTES: usize = 256 * 1024;
+
+/// Batches in flight between the connection and the encoding thread.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// What the encoding thread needs of a plan: the file's columns, the fields after them, and
+/// where a part's key is.
+struct RowShape {
+    columns: Vec<Cell>,
+    extra: usize,
+    key_at: Option<usize>,
+}
+
+/// Decodes the binary COPY stream arriving in batches on `raw` and writes its rows into `out`,
+/// sending each chunk as it fills; on a blocking thread. Returns the file (its end not yet
+/// written) and the keys it saw once the stream ends with its trailer.
+fn encode_rows<W: RowEncoder>(shape: &RowShape, mut raw: mpsc::Receiver<bytes::Bytes>, mut out: Chunker<W>, tx: &mpsc::Sender<Produced>) -> Result<(Chunker<W>, Keys), SnapshotError> {
+    let mut decoder = CopyBinary::default();
+    let mut keys = Keys::default();
+    while let Some(batch) = raw.blocking_recv() {
+        decoder.feed(&batch);
+        while let Some(tuple) = decoder.next_tuple()? {
+            write_fields(&shape.columns, shape.extra, &tuple, &mut out.file)?;
+            if let Some(at) = shape.key_at {
+                keys.saw(key_field(&tuple, at)?);
+            }
+            out.row_done()?;
+        }
+        for chunk in out.ready.drain(..) {
+            tx.blocking_send(chunk).map_err(|_| Stopped)?;
+        }
+    }
+    if !decoder.finished() {
+        return Err(SnapshotError::Database("the COPY stream ended before its trailer".into()));
+    }
+    Ok((out, keys))
 }
 
 /// Makes the transaction just begun on `conn` a read-only REPEATABLE READ one, in the snapshot
@@ -1031,7 +1164,6 @@ fn write_fields(columns: &[Cell], extra: usize, tuple: &Tuple<'_>, csv: &mut imp
     if tuple.len() != columns.len() + extra {
         return Err(SnapshotError::Data(format!("{} fields for {} columns", tuple.len(), columns.len())));
     }
-    let utf8 = |bytes: &[u8]| std::str::from_utf8(bytes).map(str::to_owned).map_err(|e| SnapshotError::Data(e.to_string()));
     for (i, column) in columns.iter().enumerate() {
         let Some(bytes) = tuple.field(i) else {
             csv.empty()?;
@@ -1045,10 +1177,10 @@ fn write_fields(columns: &[Cell], extra: usize, tuple: &Tuple<'_>, csv: &mut imp
             Read::Decimal(scale) => csv.decimal(std::str::from_utf8(bytes).map_err(|e| SnapshotError::Data(e.to_string()))?, scale)?,
             Read::Money(currency) => {
                 let currency = match currency.and_then(|at| tuple.field(at)) {
-                    Some(code) => Some(utf8(code)?),
+                    Some(code) => Some(std::str::from_utf8(code).map_err(|e| SnapshotError::Data(e.to_string()))?),
                     None => None,
                 };
-                csv.money_in(int8()?, crate::iso_codes::currency_places(currency.as_deref()))?
+                csv.money_in(int8()?, crate::iso_codes::currency_places(currency))?
             }
             Read::Date => {
                 let days = <[u8; 4]>::try_from(bytes).map(i32::from_be_bytes).map_err(|_| wrong())?;
@@ -1095,18 +1227,18 @@ fn write_sqlite(cell: &Cell, value: rusqlite::types::ValueRef<'_>, currency: Opt
         }
         (Read::Money(_), ValueRef::Integer(n)) => {
             let code = match currency {
-                Some(ValueRef::Text(t)) => Some(text(t)?),
+                Some(ValueRef::Text(t)) => Some(std::str::from_utf8(t).map_err(|e| SnapshotError::Data(e.to_string()))?),
                 _ => None,
             };
-            csv.money_in(n, crate::iso_codes::currency_places(code.as_deref()))?
+            csv.money_in(n, crate::iso_codes::currency_places(code))?
         }
         (Read::Date, ValueRef::Text(t)) => {
-            let t = text(t)?;
+            let t = std::str::from_utf8(t).map_err(|e| SnapshotError::Data(e.to_string()))?;
             let day = t.get(..10).filter(|_| t.len() == 10 || matches!(t.as_bytes()[10], b' ' | b'T')).and_then(|d| d.parse::<jiff::civil::Date>().ok());
             csv.date(day.ok_or_else(|| SnapshotError::Data(format!("{}: {t:?} is not a date YYYY-MM-DD", cell.name)))?)?
         }
         (Read::Instant, ValueRef::Text(t)) => {
-            let t = text(t)?;
+            let t = std::str::from_utf8(t).map_err(|e| SnapshotError::Data(e.to_string()))?;
             let instant = t
                 .parse::<jiff::Timestamp>()
                 .ok()
@@ -1232,25 +1364,29 @@ fn produce_sqlite(
         *slot = Some(conn.get_interrupt_handle());
     }
     conn.busy_timeout(crate::db::SQLITE_BUSY_TIMEOUT)?;
+    conn.execute_batch(SQLITE_READ_CACHE)?;
     // One read transaction: the count and the rows see the same snapshot. (A part is not
     // counted; its snapshot's moment is read instead, by a statement that reads the database
     // file, so that the snapshot begins with it.)
     conn.execute_batch("BEGIN")?;
-    let read_at: Option<i64> = match plan.part {
-        Some(_) => Some(conn.query_row(&format!("SELECT {} FROM sqlite_schema LIMIT 1", crate::db::now_ms_sql(DbBackend::Sqlite)), [], |r| r.get(0))?),
-        None => {
-            let mut count = conn.prepare(&plan.count_sql())?;
-            bind_sqlite(&mut count, plan.params())?;
-            let total: i64 = count.raw_query().next()?.ok_or_else(|| SnapshotError::Database("the count gave no row".into()))?.get(0)?;
-            tx.blocking_send(Produced::Counted(total)).map_err(|_| Stopped)?;
-            None
+    let (read_at, rows_sql, max_key) = match plan.part {
+        // SQLite reads a part in one step, by key, up to the export's highest key: it is the
+        // last when fewer rows than a part are left, or the last read ends at that key.
+        Some(range) => {
+            let read_at = conn.query_row(&format!("SELECT {} FROM sqlite_schema LIMIT 1", crate::db::now_ms_sql(DbBackend::Sqlite)), [], |r| r.get(0))?;
+            (Some(read_at), plan.part_rows_sql(range.max_key), Some(range.max_key))
         }
-    };
-    // SQLite reads a part in one step, by key, up to the export's highest key: it is the last
-    // when fewer rows than a part are left, or the last read ends at that key.
-    let (rows_sql, max_key) = match plan.part {
-        Some(range) => (plan.part_rows_sql(range.max_key), Some(range.max_key)),
-        None => (plan.rows_sql(), None),
+        None => {
+            let total = count_sqlite(&conn, &plan.count_sql(), plan.params())?;
+            tx.blocking_send(Produced::Counted(total)).map_err(|_| Stopped)?;
+            // Walking the tenant's rows in key order reads every one of them but sorts none;
+            // reading the time's range from its index reads only the range but then sorts it
+            // all by key, which costs about as much again as reading it (measured on 1M orders:
+            // 9.1 s against 4.5 s for the whole range). So the walk, once the range holds half
+            // of the tenant's rows or more.
+            let walk = count_sqlite(&conn, &plan.tenant_count_sql(), plan.params())? <= total.saturating_mul(2);
+            (None, if walk { plan.rows_sql_in_key_order() } else { plan.rows_sql() }, None)
+        }
     };
     let read = (rows_sql.as_str(), read_at, max_key);
     match &plan.file {
@@ -1298,6 +1434,20 @@ fn step_rows<W: RowEncoder>(
     drop(statement);
     conn.execute_batch("COMMIT")?;
     Ok(out)
+}
+
+/// The page cache of a SQLite snapshot's connection: 16 MiB (SQLite's default is 2 MiB), which
+/// holds the pages a report's join looks up again and again (the customers of 1M orders: 3.9 s
+/// against 4.7 s by the `sqlite3` shell on the same query). A read takes at most this much.
+const SQLITE_READ_CACHE: &str = "PRAGMA cache_size = -16384";
+
+/// The one number `sql` counts, with the plan's values bound.
+fn count_sqlite(conn: &rusqlite::Connection, sql: &str, params: &[(String, Bound)]) -> Result<i64, SnapshotError> {
+    let mut count = conn.prepare(sql)?;
+    bind_sqlite(&mut count, params)?;
+    let mut rows = count.raw_query();
+    let counted = rows.next()?.ok_or_else(|| SnapshotError::Database("the count gave no row".into()))?.get(0)?;
+    Ok(counted)
 }
 
 /// Binds the plan's values to a SQLite statement, by name (`exportd.f_x` is `:f_x`).
@@ -1381,6 +1531,29 @@ mod tests {
             columns: columns.iter().map(|c| c.to_string()).collect(),
             deployment: "ksa".into(),
         }
+    }
+
+    #[test]
+    fn on_sqlite_the_rows_can_be_read_by_walking_the_key_index_instead_of_sorting_the_times_range() {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        db.execute_batch(
+            "CREATE TABLE customers (id INTEGER PRIMARY KEY, tenant_id TEXT, name TEXT); \
+             CREATE TABLE orders (id INTEGER PRIMARY KEY, tenant_id TEXT, customer_id INTEGER, placed_at INTEGER, total_cents INTEGER); \
+             CREATE INDEX orders_tenant_placed ON orders (tenant_id, placed_at); \
+             CREATE INDEX orders_tenant_key ON orders (tenant_id, id);",
+        )
+        .unwrap();
+        let plan = Plan::new(&orders(), &ExportRequest::new("orders"), &resolved(&["order_id", "customer_name", "total"]), "ten_acme", DbBackend::Sqlite).unwrap();
+        let explained = |sql: &str| -> String {
+            let mut statement = db.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let details: Vec<String> = statement.query_map([], |row| row.get::<_, String>(3)).unwrap().map(Result::unwrap).collect();
+            details.join("; ")
+        };
+        let ranged = explained(&plan.rows_sql());
+        assert!(ranged.contains("orders_tenant_placed") && ranged.contains("TEMP B-TREE FOR ORDER BY"), "{ranged}");
+        let walked = explained(&plan.rows_sql_in_key_order());
+        assert!(walked.contains("orders_tenant_key") && !walked.contains("TEMP B-TREE"), "{walked}");
+        assert_eq!(plan.tenant_count_sql(), "SELECT COUNT(*) FROM orders o WHERE (o.tenant_id) = 'ten_acme'");
     }
 
     #[test]

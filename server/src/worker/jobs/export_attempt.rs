@@ -12,7 +12,7 @@ use crate::storage::{ExportStore, Published, StagingUpload};
 use crate::worker::encoding::Encoder;
 use app::Compression;
 use crate::worker::lease::{Holding, Lease};
-use crate::worker::snapshot::{self, Plan, Produced};
+use crate::worker::snapshot::{Produced, Reading};
 use crate::worker::WorkerContext;
 use super::attempt::Stop;
 use object_store::path::Path;
@@ -79,13 +79,13 @@ impl Attempt<'_> {
     }
 
 
-    /// Streams `plan`'s rows, as CSV compressed as asked, into a staging upload at `key`, and
-    /// completes it; an upload that does not complete is aborted.
+    /// Streams a read's rows (begun by [`crate::worker::snapshot::produce`]), compressed as asked, into a
+    /// staging upload at `key`, and completes it; an upload that does not complete is aborted.
     /// `rows_before`: the rows already written by earlier parts, for the progress.
-    pub(super) async fn stage(&self, plan: Plan, key: &Path, compression: Compression, rows_before: i64) -> Result<Staged, Stop> {
+    pub(super) async fn stage(&self, reading: Reading, key: &Path, compression: Compression, rows_before: i64) -> Result<Staged, Stop> {
         let ticker = self.lease.ticker();
         let mut upload = self.store.stage(key, std::sync::Arc::new(move || ticker.tick()));
-        let staged = match self.stream(plan, &mut upload, compression, rows_before).await {
+        let staged = match self.stream(reading, &mut upload, compression, rows_before).await {
             Ok(staged) => staged,
             Err(stop) => {
                 // Discard the upload, so no incomplete multipart upload is left in the store.
@@ -151,8 +151,8 @@ impl Attempt<'_> {
     /// Streams the snapshot as CSV into the upload, hashing and counting as it goes. A stop (a
     /// cancel, a lost lease, a stall, a shutdown) ends it wherever it waits, cancelling the
     /// snapshot's query if the database is still running it.
-    async fn stream(&self, plan: Plan, upload: &mut StagingUpload, compression: Compression, rows_before: i64) -> Result<Staged, Stop> {
-        let (mut produced, producer) = snapshot::produce(&self.ctx.snapshots, plan);
+    async fn stream(&self, reading: Reading, upload: &mut StagingUpload, compression: Compression, rows_before: i64) -> Result<Staged, Stop> {
+        let Reading { mut produced, producer, .. } = reading;
         let mut hasher = Sha256::new();
         let mut crc = crc32fast::Hasher::new();
         let mut encoder = Encoder::new(compression);

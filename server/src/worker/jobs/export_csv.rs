@@ -14,7 +14,7 @@ use crate::job_store::transitions::{self, Artifact};
 use crate::storage::{artifact_key, staging_key};
 use crate::file_type::FileType;
 use app::Consistency;
-use crate::worker::snapshot::Plan;
+use crate::worker::snapshot::{self, Plan};
 use crate::worker::WorkerContext;
 use super::attempt::{begin, end, Stop};
 use super::export_attempt::Attempt;
@@ -74,7 +74,7 @@ impl Attempt<'_> {
     async fn one_file(&self, plan: Plan, permission: Permission, request: &app::ExportRequest) -> Result<Box<jobs::Model>, Stop> {
         let job = self.job;
         let started = std::time::Instant::now();
-        let staged = self.stage(plan, self.staging, request.options.compression, 0).await?;
+        let staged = self.stage(snapshot::produce(&self.ctx.snapshots, plan), self.staging, request.options.compression, 0).await?;
         let total = staged.counted.ok_or_else(|| Stop::internal("the snapshot was never counted"))?;
         if staged.rows != total {
             return Err(Stop::invalid_data(format!("wrote {} rows but the snapshot counted {total}", staged.rows)));

@@ -21,7 +21,7 @@ use crate::job_store::transitions::{self, Artifact};
 use crate::job_store::Mover;
 use crate::storage::{manifest_key, part_key, staging_part_key};
 use crate::file_type::FileType;
-use crate::worker::snapshot::{self, KeyRange, Plan};
+use crate::worker::snapshot::{self, KeyRange, PartEnd, Plan, Reading};
 use app::{ExportRequest, ResolvedContract};
 use sha2::{Digest, Sha256};
 
@@ -39,32 +39,57 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
         tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, parts = parts.len(), "resuming after the last checkpointed part");
     }
     let (compression, file) = (request.options.compression, FileType::of(request));
-    // Two steps at once: part n+1 is read from the database while part n is checked, published,
-    // made durable and checkpointed, so the database never waits for the store. Checkpoints stay
-    // in order: part n+1 is checkpointed only after part n, in the next round.
+    // Three steps at once: part n+1 streams from the database while part n is checked,
+    // published, made durable and checkpointed, so the database never waits for the store; and
+    // once part n+1's snapshot has found its last key, part n+2's read begins in a snapshot of
+    // its own on an idle connection, so its rows are found and sorted while part n+1 streams.
+    // Checkpoints stay in order: part n+1 is checkpointed only after part n, in the next round.
     let mut last_key = parts.last().and_then(|p| p.last_key);
     let mut more = !parts.last().is_some_and(|last| last.last);
     let mut pending: Option<StagedPart> = None;
+    let mut ahead: Option<ReadAhead> = None;
     while more || pending.is_some() {
         a.checkpoint()?;
         let index = parts.len() as i32 + 1 + i32::from(pending.is_some());
         let rows_before = rows_done + pending.as_ref().map_or(0, |p| p.staged.rows);
+        let range = KeyRange { after: last_key, max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
+        let begun = ahead.take();
         let read = async {
             if !more {
-                return Ok(None);
+                return Ok((None, None));
             }
-            // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
-            a.authorised(permission).await?;
             let started = std::time::Instant::now();
+            let mut reading = match begun {
+                // Begun after the same key, and authorised then.
+                Some(begun) if begun.after == last_key => begun.reading,
+                _ => {
+                    // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
+                    a.authorised(permission).await?;
+                    snapshot::produce(&a.ctx.snapshots, plan.part(range))
+                }
+            };
+            let part_end = reading.part_end.take();
+            let read_ahead = async {
+                let Some(Ok(PartEnd { end: Some(end), last: false })) = (match part_end {
+                    Some(part_end) => Some(part_end.await),
+                    None => None,
+                }) else {
+                    return Ok(None);
+                };
+                a.authorised(permission).await?;
+                let after = Some(end);
+                let Some(reading) = snapshot::produce_ahead(&a.ctx.snapshots, plan.part(KeyRange { after, ..range })) else { return Ok(None) };
+                a.fault("part_read_ahead")?;
+                Ok(Some(ReadAhead { after, reading }))
+            };
             let staging = staging_part_key(&job.id, job.generation, index);
-            let range = KeyRange { after: last_key, max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
-            let staged = a.stage(plan.part(range), &staging, compression, rows_before).await?;
+            let (staged, read_ahead) = tokio::try_join!(a.stage(reading, &staging, compression, rows_before), read_ahead)?;
             let read = staged.part.ok_or_else(|| Stop::internal("a part's read reported no keys"))?;
             // Checked like the sizes and digests: a part holds at most the plan's rows.
             if u64::try_from(staged.rows).map_or(true, |rows| rows > fixed.part_rows) {
                 return Err(Stop::invalid_data(format!("part {index} wrote {} rows; a part holds at most {}", staged.rows, fixed.part_rows)));
             }
-            Ok(Some(StagedPart { index, staging, staged, read, read_ms: started.elapsed().as_millis() as u64 }))
+            Ok((Some(StagedPart { index, staging, staged, read, read_ms: started.elapsed().as_millis() as u64 }), read_ahead))
         };
         let finish = async {
             match pending.take() {
@@ -72,7 +97,8 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
                 None => Ok(None),
             }
         };
-        let (next, finished) = tokio::try_join!(read, finish)?;
+        let ((next, read_ahead), finished) = tokio::try_join!(read, finish)?;
+        ahead = read_ahead;
         if let Some(part) = finished {
             rows_done += part.rows;
             parts.push(part);
@@ -115,6 +141,12 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
     metrics.export_duration.observe(started.elapsed().as_secs_f64());
     tracing::info!(export = %job.id, rows = rows_done, parts = parts.len(), bytes = bundle.size(), digest_ms, ms = started.elapsed().as_millis() as u64, "export released");
     Ok(released)
+}
+
+/// The next part's read, begun while the part before it streamed: after that part's last key.
+struct ReadAhead {
+    after: Option<i64>,
+    reading: Reading,
 }
 
 /// A part read and staged, not yet checked or checkpointed.
