@@ -137,7 +137,11 @@ def day_range(b, rows):
 
 
 def baseline_dump(b, lo, hi, out):
-    query = f"SELECT {COLUMNS} {JOIN} WHERE o.tenant_id = 'ten_acme' AND o.placed_at >= {lo} AND o.placed_at < {hi} ORDER BY o.id"
+    # The sqlite3 shell is given the faster of its two plans, as exportd takes it: a time range
+    # holding most of the tenant's rows walked in key order (the `+` keeps SQLite off the time's
+    # index, whose range it would then sort: twice the time for 1M rows).
+    placed = "+o.placed_at" if b.name == "SQLite" else "o.placed_at"
+    query = f"SELECT {COLUMNS} {JOIN} WHERE o.tenant_id = 'ten_acme' AND {placed} >= {lo} AND {placed} < {hi} ORDER BY o.id"
     started = time.monotonic()
     if b.name == "PostgreSQL":
         subprocess.run(["psql", b.url, "-qX", "-c", f"\\copy ({query}) TO '{out}' CSV HEADER"], check=True)
