@@ -172,11 +172,16 @@ class Paired:
 
 
 def alternate(ours, base, runs=3):
-    """Runs `ours()` then `base()`, `runs` times; each returns seconds."""
+    """Runs `ours()` and `base()` in turn, `runs` times, each pair starting with the other side
+    than the last (so a warmer cache or a cooler machine favours neither); each returns seconds."""
     o, b = [], []
-    for _ in range(runs):
-        o.append(ours())
-        b.append(base())
+    for i in range(runs):
+        if i % 2 == 0:
+            o.append(ours())
+            b.append(base())
+        else:
+            b.append(base())
+            o.append(ours())
     return Paired(o, b)
 
 

@@ -1000,7 +1000,7 @@ async fn copy_rows<W: RowEncoder>(
     let (raw_tx, raw_rx) = mpsc::channel::<bytes::Bytes>(BATCHES_IN_FLIGHT);
     let shape = RowShape { columns: plan.columns.clone(), extra: plan.extra_fields(), key_at: plan.part.map(|_| plan.select.len() - 1) };
     let chunks = tx.clone();
-    let mut encoding = tokio::task::spawn_blocking(move || encode_rows(&shape, raw_rx, out, &chunks));
+    let encoding = tokio::task::spawn_blocking(move || encode_rows(&shape, raw_rx, out, &chunks));
     let read: Result<(), SnapshotError> = async {
         let statement = format!("COPY ({rows_sql}) TO STDOUT (FORMAT binary)");
         let mut copy = conn.copy_out_raw(&statement).await?;
@@ -1026,11 +1026,11 @@ async fn copy_rows<W: RowEncoder>(
     .await;
     drop(raw_tx);
     if let Err(e) = read {
-        // Ends the encoder: its batches stop, and it stops at the next.
-        encoding.abort();
+        // The encoder ends by itself once the batches already handed over are written (their
+        // sender is gone); its chunks then end with the read's error.
         return Err(e);
     }
-    let (out, keys) = (&mut encoding).await.map_err(|e| SnapshotError::Database(format!("the rows' encoding stopped: {e}")))??;
+    let (out, keys) = encoding.await.map_err(|e| SnapshotError::Database(format!("the rows' encoding stopped: {e}")))??;
     if let Some(read_at) = read_at {
         tx.send(keys.part(read_at, last)).await.map_err(|_| Stopped)?;
     }

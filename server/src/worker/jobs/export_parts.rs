@@ -62,7 +62,9 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
             let mut reading = match begun {
                 // Begun after the same key, and authorised then.
                 Some(begun) if begun.after == last_key => begun.reading,
-                _ => {
+                other => {
+                    // A read ahead from another key is stopped now, not when this part is staged.
+                    drop(other);
                     // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
                     a.authorised(permission).await?;
                     snapshot::produce(&a.ctx.snapshots, plan.part(range))
