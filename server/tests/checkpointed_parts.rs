@@ -183,6 +183,32 @@ async fn on_postgresql_part_3_is_read_while_part_1_is_still_being_checkpointed()
     app.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgresql_one_job_at_a_time_reads_ahead_so_every_other_job_keeps_a_connection_for_its_own_reads() {
+    let app = TestApp::start(options(Backend::Postgres)).await;
+    let bob = app.login("bob@acme.test").await;
+    // The worker runs two jobs on three snapshot connections: one each, and one spare.
+    let mut ahead = Gate::close(&app.fault("part_read_ahead"));
+    let first = create(&app, &bob, "holds-the-spare", &checkpointed()).await;
+    ahead.reached().await;
+    // The first export's part 2, read ahead, is held at the gate with the spare. The second
+    // export finds a connection idle but not the spare: it reads each part in its turn (never
+    // reaching the gate) and finishes while the first is still held. Before the spare was
+    // counted, it read ahead on the idle connection too and was held as well.
+    let second = create(&app, &bob, "its-own-reads", &checkpointed()).await;
+    let done = app.wait_terminal(&bob, &second, LONG).await;
+    assert_eq!(done["status"], "ready", "the second export read ahead as well and was held: {done}");
+    assert_ne!(view(&app, &bob, &first).await["status"], "ready", "the first export is held at the gate");
+    ahead.open();
+    let done = app.wait_terminal(&bob, &first, LONG).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    let (_, bytes) = download(&app, &bob, &format!("/api/exports/{first}/download")).await;
+    let (_, rows) = bundles::check(&bytes, &done, 500);
+    assert_eq!(bundles::keys(&rows), keys(&app).await, "every row once, in key order");
+    drop(ahead);
+    app.stop().await;
+}
+
 on_both_backends!(a_store_outage_during_part_3_waits_to_retry_and_resumes_at_part_3_not_at_part_1, |backend| {
     let app = TestApp::start(Options { adjust: |c| { c.part_rows = 500; c.max_attempts = 20; }, ..options(backend) }).await;
     let bob = app.login("bob@acme.test").await;

@@ -45,7 +45,7 @@ pub async fn worker_pools(url: &str, source_url: &str, concurrency: usize, snaps
         let pool = connect_pool(source_url, PoolUse::Snapshot { lock_timeout: snapshot_lock_timeout }, Ord::min(size, 2), size).await?;
         // A read that must stop is cancelled from a connection of the same server (and role).
         let cancels = if source_url == url { control.clone() } else { connect_pool(source_url, PoolUse::Control, 0, 1).await? };
-        Source::Postgres { pool: pool.get_postgres_connection_pool().clone(), control: cancels }
+        Source::Postgres { pool: pool.get_postgres_connection_pool().clone(), control: cancels, spare: spare_connection() }
     } else {
         Source::Sqlite(sqlite_path(source_url).ok_or_else(|| DbErr::Custom("a worker needs a SQLite database file, not an in-memory one".into()))?.into())
     };
@@ -106,6 +106,10 @@ pub struct Reading {
     /// A part's end: sent once, before its rows; dropped unsent by a read that cannot tell
     /// early (SQLite reads a part in one step) or that failed.
     pub part_end: Option<tokio::sync::oneshot::Receiver<PartEnd>>,
+    /// For a read begun ahead of its turn ([`produce_ahead`]): the worker's one spare, held
+    /// while its job's read before it goes on. The job drops it once that read has ended and
+    /// this one is the job's only read.
+    pub spare: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Why reading the snapshot failed.
@@ -215,6 +219,9 @@ pub struct Plan {
     /// The `FROM` clause the rows are counted over ([`counted_from`]).
     count_from: String,
     conditions: Vec<String>,
+    /// The time's two conditions written so that no index serves them (SQLite's walk in key
+    /// order, [`Plan::rows_sql_in_key_order`]); they take [`TIME_CONDITIONS`]'s place.
+    walked_time: [String; 2],
     /// The rows' key (the report's order): a part's rows are read by it.
     key: String,
     /// For a part of a checkpointed export: its rows.
@@ -325,10 +332,15 @@ impl Plan {
         // The tenant's condition first, then the time's two (TIME_CONDITIONS), then the filters'.
         let mut conditions = vec![format!("({}) = {}", report.tenant, literal(backend, source_id))];
         let time = &report.time_sql;
+        let mut walked_time = [String::new(), String::new()];
         match report.time_unit {
             TimeUnit::Ms => {
-                conditions.push(format!("({time}) >= {}", millis(&resolved.from)?));
-                conditions.push(format!("({time}) < {}", millis(&resolved.to)?));
+                let (from, to) = (millis(&resolved.from)?, millis(&resolved.to)?);
+                conditions.push(format!("({time}) >= {from}"));
+                conditions.push(format!("({time}) < {to}"));
+                // An expression no index holds. Not a unary `+`: it drops the column's affinity,
+                // and a time kept as text would then compare above every number (no row read).
+                walked_time = [format!("CAST(({time}) AS NUMERIC) >= {from}"), format!("CAST(({time}) AS NUMERIC) < {to}")];
             }
             TimeUnit::Instant if pg => {
                 conditions.push(format!("({time}) >= CAST({} AS TIMESTAMPTZ)", literal(backend, &resolved.from)));
@@ -345,12 +357,16 @@ impl Plan {
             let filter = report.filter(name).ok_or_else(|| format!("{} has no filter {name:?}", report.name))?;
             conditions.push(filter_condition(backend, filter, value, &mut params)?);
         }
+        if walked_time[0].is_empty() {
+            // julianday() of the time is already an expression no index holds.
+            walked_time = [conditions[TIME_CONDITIONS.start].clone(), conditions[TIME_CONDITIONS.start + 1].clone()];
+        }
         let count_from = counted_from(&report.from, &conditions);
         let file = match request.format {
             FileFormat::Csv => FileShape::Csv { bom: request.options.bom },
             FileFormat::Xlsx => FileShape::Xlsx(layout(report, &columns, request.options.language, &resolved.timezone)?),
         };
-        Ok(Plan { columns, file, backend, select, from: report.from.clone(), count_from, conditions, key: report.key.clone(), part: None, params })
+        Ok(Plan { columns, file, backend, select, from: report.from.clone(), count_from, conditions, walked_time, key: report.key.clone(), part: None, params })
     }
 
     /// The plan with its workbook's creation time set to `accepted` (the operation's acceptance),
@@ -440,14 +456,13 @@ impl Plan {
     }
 
     /// The same rows read by walking the tenant's rows in key order, each row's time checked as
-    /// it is read: the time's conditions carry a unary `+`, which keeps SQLite from reading them
-    /// from an index (and then sorting every row by key). SQLite has no statistics of a range's
-    /// size, so it takes the time's index even when the range holds nearly all the rows.
+    /// it is read: the time's conditions are written as an expression no index holds
+    /// (`walked_time`), which keeps SQLite from reading them from an index (and then sorting
+    /// every row by key). SQLite has no statistics of a range's size, so it takes the time's
+    /// index even when the range holds nearly all the rows.
     pub fn rows_sql_in_key_order(&self) -> String {
         let mut walk = self.clone();
-        for condition in &mut walk.conditions[TIME_CONDITIONS] {
-            condition.insert(0, '+');
-        }
+        walk.conditions.splice(TIME_CONDITIONS, self.walked_time.iter().cloned());
         walk.rows_sql()
     }
 
@@ -635,6 +650,10 @@ pub enum Source {
         pool: sqlx::PgPool,
         /// Where the cancel is sent from.
         control: sea_orm::DatabaseConnection,
+        /// The one connection beyond a connection per job, as a permit: a job borrows it (a count
+        /// beside its read, a part read ahead) only with the permit, so however many jobs want
+        /// one, at most one holds it, and every job's own read finds a connection.
+        spare: std::sync::Arc<tokio::sync::Semaphore>,
     },
     /// A SQLite database file.
     Sqlite(std::path::PathBuf),
@@ -648,6 +667,17 @@ impl Source {
             Source::Sqlite(_) => DbBackend::Sqlite,
         }
     }
+}
+
+/// The permit of a pool's one spare connection ([`Source::Postgres`]'s `spare`).
+pub fn spare_connection() -> std::sync::Arc<tokio::sync::Semaphore> {
+    std::sync::Arc::new(tokio::sync::Semaphore::new(1))
+}
+
+/// The spare connection, with its permit, if both are free now.
+fn borrow_spare(pool: &sqlx::PgPool, spare: &std::sync::Arc<tokio::sync::Semaphore>) -> Option<(tokio::sync::OwnedSemaphorePermit, sqlx::pool::PoolConnection<sqlx::Postgres>)> {
+    let permit = spare.clone().try_acquire_owned().ok()?;
+    Some((permit, pool.try_acquire()?))
 }
 
 /// How long a stopped read may take to notice before its task is abandoned (its connection is
@@ -754,16 +784,18 @@ pub fn produce(source: &Source, plan: Plan) -> Reading {
     produce_on(source, plan, None)
 }
 
-/// Starts reading a part's snapshot ahead of its turn, on a snapshot connection that is idle
-/// now: the database finds and sorts its rows while the part before it streams, and its chunks
-/// wait, a few in flight, until the attempt stages them. `None` when no connection is idle (the
-/// job's own is busy with the part before; the spare belongs to whichever job takes it first),
-/// and on SQLite, whose part is read in one step.
+/// Starts reading a part's snapshot ahead of its turn, on the worker's spare connection: the
+/// database finds and sorts its rows while the part before it streams, and its chunks wait, a
+/// few in flight, until the attempt stages them. `None` when the spare is taken (by another
+/// job's read ahead or count) or no connection is idle, and on SQLite, whose part is read in
+/// one step.
 pub fn produce_ahead(source: &Source, plan: Plan) -> Option<Reading> {
     match source {
-        Source::Postgres { pool, .. } => {
-            let idle = pool.try_acquire()?;
-            Some(produce_on(source, plan, Some(idle)))
+        Source::Postgres { pool, spare, .. } => {
+            let (permit, idle) = borrow_spare(pool, spare)?;
+            let mut reading = produce_on(source, plan, Some(idle));
+            reading.spare = Some(permit);
+            Some(reading)
         }
         Source::Sqlite(_) => None,
     }
@@ -774,16 +806,16 @@ fn produce_on(source: &Source, plan: Plan, idle: Option<sqlx::pool::PoolConnecti
     let (end_tx, end_rx) = tokio::sync::oneshot::channel();
     let part_end = plan.part.is_some().then_some(end_rx);
     match source.clone() {
-        Source::Postgres { pool, control } => {
+        Source::Postgres { pool, control, spare } => {
             let backends = std::sync::Arc::new(tokio::sync::Mutex::new(Backends::default()));
-            let handle = tokio::spawn(produce_postgres(pool, idle, plan, tx, end_tx, backends.clone()));
-            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control } }, part_end }
+            let handle = tokio::spawn(produce_postgres(pool, spare, idle, plan, tx, end_tx, backends.clone()));
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control } }, part_end, spare: None }
         }
         Source::Sqlite(path) => {
             let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
             let interrupt = Interrupt::Sqlite(slot.clone());
             let handle = tokio::task::spawn_blocking(move || produce_sqlite(&path, &plan, &tx, &slot));
-            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt }, part_end }
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt }, part_end, spare: None }
         }
     }
 }
@@ -903,6 +935,7 @@ impl std::io::Write for ChunkSender<'_> {
 
 async fn produce_postgres(
     pool: sqlx::PgPool,
+    spare: std::sync::Arc<tokio::sync::Semaphore>,
     idle: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
     plan: Plan,
     tx: mpsc::Sender<Produced>,
@@ -914,13 +947,13 @@ async fn produce_postgres(
         None => pool.acquire().await?,
     };
     let mut rows = register(conn, &backends).await?;
-    let read = read_postgres(&pool, &mut rows.conn, plan, tx, part_end, &backends).await;
+    let read = read_postgres((&pool, &spare), &mut rows.conn, plan, tx, part_end, &backends).await;
     give_back(rows, read.is_ok(), &backends).await;
     read
 }
 
 async fn read_postgres(
-    pool: &sqlx::PgPool,
+    (pool, spare): (&sqlx::PgPool, &std::sync::Arc<tokio::sync::Semaphore>),
     rows: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
     plan: Plan,
     tx: mpsc::Sender<Produced>,
@@ -930,16 +963,20 @@ async fn read_postgres(
     let mut conn = sqlx::Connection::begin(&mut **rows).await?;
     let read_at = read_only_snapshot(&mut conn, None, plan.params(), plan.part.is_some()).await?;
     let count_sql = plan.count_sql();
-    // The count runs beside the rows, on a second connection that imports this transaction's
-    // snapshot, when one is idle; otherwise first, on this one. Dropping the set stops it. A
+    // The count runs beside the rows, on the worker's spare connection importing this
+    // transaction's snapshot, when the spare is free; otherwise first, on this one. Dropping the set stops it. A
     // part is not counted: it is known to hold at most its size.
     let mut counting = tokio::task::JoinSet::new();
-    let second = if read_at.is_none() { pool.try_acquire() } else { None };
+    let second = if read_at.is_none() { borrow_spare(pool, spare) } else { None };
     match second {
-        Some(second) => {
+        Some((permit, second)) => {
             let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *conn).await?;
             let second = register(second, backends).await?;
-            counting.spawn(count_in_snapshot(second, snapshot, count_sql, plan.params().to_vec(), tx.clone(), backends.clone()));
+            let counted = count_in_snapshot(second, snapshot, count_sql, plan.params().to_vec(), tx.clone(), backends.clone());
+            counting.spawn(async move {
+                let _spare = permit;
+                counted.await
+            });
         }
         None if read_at.is_some() => {}
         None => {
@@ -1557,6 +1594,29 @@ mod tests {
         let walked = explained(&plan.rows_sql_in_key_order());
         assert!(walked.contains("orders_tenant_key") && !walked.contains("TEMP B-TREE"), "{walked}");
         assert_eq!(plan.tenant_count_sql(7), "SELECT COUNT(*) FROM (SELECT 1 FROM orders o WHERE (o.tenant_id) = 'ten_acme' LIMIT 7)");
+    }
+
+    #[test]
+    fn on_sqlite_the_walk_in_key_order_reads_the_same_rows_when_the_time_is_kept_as_text() {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        // A time column declared TEXT holds its milliseconds as text: a unary `+` on it compared
+        // text with numbers and read no row at all.
+        db.execute_batch(
+            "CREATE TABLE customers (id INTEGER PRIMARY KEY, tenant_id TEXT, name TEXT); \
+             CREATE TABLE orders (id INTEGER PRIMARY KEY, tenant_id TEXT, customer_id INTEGER, placed_at TEXT, total_cents INTEGER); \
+             CREATE INDEX orders_tenant_placed ON orders (tenant_id, placed_at); \
+             CREATE INDEX orders_tenant_key ON orders (tenant_id, id); \
+             INSERT INTO orders VALUES (1, 'ten_acme', 1, 1767225600000, 100), (2, 'ten_acme', 1, 1767311999999, 200), \
+               (3, 'ten_acme', 1, 1767312000000, 300), (4, 'ten_acme', 1, 1767225599999, 400), (5, 'ten_other', 1, 1767225600001, 500);",
+        )
+        .unwrap();
+        let plan = Plan::new(&orders(), &ExportRequest::new("orders"), &resolved(&["order_id"]), "ten_acme", DbBackend::Sqlite).unwrap();
+        let keys = |sql: &str| -> Vec<i64> {
+            let mut statement = db.prepare(sql).unwrap();
+            statement.query_map([], |row| row.get::<_, i64>(0)).unwrap().map(Result::unwrap).collect()
+        };
+        assert_eq!(keys(&plan.rows_sql()), vec![1, 2]);
+        assert_eq!(keys(&plan.rows_sql_in_key_order()), vec![1, 2]);
     }
 
     #[test]

@@ -42,7 +42,8 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
     // Three steps at once: part n+1 streams from the database while part n is checked,
     // published, made durable and checkpointed, so the database never waits for the store; and
     // once part n+1's snapshot has found its last key, part n+2's read begins in a snapshot of
-    // its own on an idle connection, so its rows are found and sorted while part n+1 streams.
+    // its own on the worker's spare connection (one job's at a time), so its rows are found and
+    // sorted while part n+1 streams.
     // Checkpoints stay in order: part n+1 is checkpointed only after part n, in the next round.
     let mut last_key = parts.last().and_then(|p| p.last_key);
     let mut more = !parts.last().is_some_and(|last| last.last);
@@ -60,8 +61,12 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
             }
             let started = std::time::Instant::now();
             let mut reading = match begun {
-                // Begun after the same key, and authorised then.
-                Some(begun) if begun.after == last_key => begun.reading,
+                // Begun after the same key, and authorised then. The read before it has ended
+                // (its part is staged), so this is the job's one read now, not the spare.
+                Some(ReadAhead { after, mut reading }) if after == last_key => {
+                    reading.spare = None;
+                    reading
+                }
                 other => {
                     // A read ahead from another key is stopped now, not when this part is staged.
                     drop(other);
@@ -78,6 +83,8 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
                 }) else {
                     return Ok(None);
                 };
+                // Begun only while the lease is held and the export authorised.
+                a.checkpoint()?;
                 a.authorised(permission).await?;
                 let after = Some(end);
                 let Some(reading) = snapshot::produce_ahead(&a.ctx.snapshots, plan.part(KeyRange { after, ..range })) else { return Ok(None) };
