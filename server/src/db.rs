@@ -136,7 +136,8 @@ pub async fn connect(url: &str) -> Result<DatabaseConnection, DbErr> {
 }
 
 /// The PostgreSQL connections a worker running `jobs` at once opens at most: one per job for its
-/// snapshot and one more for a count, `4 + ⌈jobs/4⌉` for short statements, and one to LISTEN.
+/// snapshot and a spare (for a count beside a read, or a part read ahead), `4 + ⌈jobs/4⌉` for
+/// short statements, and one to LISTEN.
 pub fn worker_connections(jobs: usize) -> u32 {
     let jobs = jobs as u32;
     jobs + 1 + 4 + jobs.div_ceil(4) + 1

@@ -184,7 +184,7 @@ async fn on_postgresql_part_3_is_read_while_part_1_is_still_being_checkpointed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn on_postgresql_one_job_at_a_time_reads_ahead_so_every_other_job_keeps_a_connection_for_its_own_reads() {
+async fn on_postgresql_one_job_at_a_time_reads_ahead_and_another_job_meanwhile_reads_each_part_in_its_turn() {
     let app = TestApp::start(options(Backend::Postgres)).await;
     let bob = app.login("bob@acme.test").await;
     // The worker runs two jobs on three snapshot connections: one each, and one spare.
@@ -198,7 +198,6 @@ async fn on_postgresql_one_job_at_a_time_reads_ahead_so_every_other_job_keeps_a_
     let second = create(&app, &bob, "its-own-reads", &checkpointed()).await;
     let done = app.wait_terminal(&bob, &second, LONG).await;
     assert_eq!(done["status"], "ready", "the second export read ahead as well and was held: {done}");
-    assert_ne!(view(&app, &bob, &first).await["status"], "ready", "the first export is held at the gate");
     ahead.open();
     let done = app.wait_terminal(&bob, &first, LONG).await;
     assert_eq!(done["status"], "ready", "{done}");

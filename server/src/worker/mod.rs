@@ -30,7 +30,8 @@ pub struct WorkerContext {
     /// The pool of short statements: claims, heartbeats, transitions, authority checks. Kept
     /// apart from the snapshots, so a worker busy with long reads still renews its leases.
     pub db: DatabaseConnection,
-    /// Where snapshots are read: on PostgreSQL a pool of one connection per job running.
+    /// Where snapshots are read: on PostgreSQL a pool of one connection per job running and a
+    /// spare that one job at a time borrows.
     pub snapshots: snapshot::Source,
     /// The configuration.
     pub config: Arc<Config>,

@@ -40,9 +40,10 @@ pub async fn worker_pools(url: &str, source_url: &str, concurrency: usize, snaps
     let size = 4 + (concurrency as u32).div_ceil(4);
     let control = connect_pool(url, PoolUse::Control, size, size).await?;
     let snapshots = if source_url.starts_with("postgres") {
-        // One connection per job, and one more that a job's count can borrow while it is idle.
+        // One connection per job, and the spare (`Source::Postgres`), opened in full: a job
+        // borrows the spare only when it is open and idle, never waiting for a new connection.
         let size = concurrency as u32 + 1;
-        let pool = connect_pool(source_url, PoolUse::Snapshot { lock_timeout: snapshot_lock_timeout }, Ord::min(size, 2), size).await?;
+        let pool = connect_pool(source_url, PoolUse::Snapshot { lock_timeout: snapshot_lock_timeout }, size, size).await?;
         // A read that must stop is cancelled from a connection of the same server (and role).
         let cancels = if source_url == url { control.clone() } else { connect_pool(source_url, PoolUse::Control, 0, 1).await? };
         Source::Postgres { pool: pool.get_postgres_connection_pool().clone(), control: cancels, spare: spare_connection() }
@@ -106,10 +107,6 @@ pub struct Reading {
     /// A part's end: sent once, before its rows; dropped unsent by a read that cannot tell
     /// early (SQLite reads a part in one step) or that failed.
     pub part_end: Option<tokio::sync::oneshot::Receiver<PartEnd>>,
-    /// For a read begun ahead of its turn ([`produce_ahead`]): the worker's one spare, held
-    /// while its job's read before it goes on. The job drops it once that read has ended and
-    /// this one is the job's only read.
-    pub spare: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Why reading the snapshot failed.
@@ -219,9 +216,6 @@ pub struct Plan {
     /// The `FROM` clause the rows are counted over ([`counted_from`]).
     count_from: String,
     conditions: Vec<String>,
-    /// The time's two conditions written so that no index serves them (SQLite's walk in key
-    /// order, [`Plan::rows_sql_in_key_order`]); they take [`TIME_CONDITIONS`]'s place.
-    walked_time: [String; 2],
     /// The rows' key (the report's order): a part's rows are read by it.
     key: String,
     /// For a part of a checkpointed export: its rows.
@@ -332,15 +326,10 @@ impl Plan {
         // The tenant's condition first, then the time's two (TIME_CONDITIONS), then the filters'.
         let mut conditions = vec![format!("({}) = {}", report.tenant, literal(backend, source_id))];
         let time = &report.time_sql;
-        let mut walked_time = [String::new(), String::new()];
         match report.time_unit {
             TimeUnit::Ms => {
-                let (from, to) = (millis(&resolved.from)?, millis(&resolved.to)?);
-                conditions.push(format!("({time}) >= {from}"));
-                conditions.push(format!("({time}) < {to}"));
-                // An expression no index holds. Not a unary `+`: it drops the column's affinity,
-                // and a time kept as text would then compare above every number (no row read).
-                walked_time = [format!("CAST(({time}) AS NUMERIC) >= {from}"), format!("CAST(({time}) AS NUMERIC) < {to}")];
+                conditions.push(format!("({time}) >= {}", millis(&resolved.from)?));
+                conditions.push(format!("({time}) < {}", millis(&resolved.to)?));
             }
             TimeUnit::Instant if pg => {
                 conditions.push(format!("({time}) >= CAST({} AS TIMESTAMPTZ)", literal(backend, &resolved.from)));
@@ -357,16 +346,12 @@ impl Plan {
             let filter = report.filter(name).ok_or_else(|| format!("{} has no filter {name:?}", report.name))?;
             conditions.push(filter_condition(backend, filter, value, &mut params)?);
         }
-        if walked_time[0].is_empty() {
-            // julianday() of the time is already an expression no index holds.
-            walked_time = [conditions[TIME_CONDITIONS.start].clone(), conditions[TIME_CONDITIONS.start + 1].clone()];
-        }
         let count_from = counted_from(&report.from, &conditions);
         let file = match request.format {
             FileFormat::Csv => FileShape::Csv { bom: request.options.bom },
             FileFormat::Xlsx => FileShape::Xlsx(layout(report, &columns, request.options.language, &resolved.timezone)?),
         };
-        Ok(Plan { columns, file, backend, select, from: report.from.clone(), count_from, conditions, walked_time, key: report.key.clone(), part: None, params })
+        Ok(Plan { columns, file, backend, select, from: report.from.clone(), count_from, conditions, key: report.key.clone(), part: None, params })
     }
 
     /// The plan with its workbook's creation time set to `accepted` (the operation's acceptance),
@@ -456,13 +441,17 @@ impl Plan {
     }
 
     /// The same rows read by walking the tenant's rows in key order, each row's time checked as
-    /// it is read: the time's conditions are written as an expression no index holds
-    /// (`walked_time`), which keeps SQLite from reading them from an index (and then sorting
-    /// every row by key). SQLite has no statistics of a range's size, so it takes the time's
-    /// index even when the range holds nearly all the rows.
+    /// it is read: each of the time's conditions is compared with 1, a term no index serves,
+    /// which keeps SQLite from reading them from an index (and then sorting every row by key).
+    /// SQLite has no statistics of a range's size, so it takes the time's index even when the
+    /// range holds nearly all the rows. The comparison itself is left as it is, so it matches
+    /// the same rows as the count's: a unary `+` on the time (the usual way) drops the column's
+    /// affinity, and a time kept as text then compares above every number.
     pub fn rows_sql_in_key_order(&self) -> String {
         let mut walk = self.clone();
-        walk.conditions.splice(TIME_CONDITIONS, self.walked_time.iter().cloned());
+        for condition in &mut walk.conditions[TIME_CONDITIONS] {
+            *condition = format!("({condition}) = 1");
+        }
         walk.rows_sql()
     }
 
@@ -674,10 +663,16 @@ pub fn spare_connection() -> std::sync::Arc<tokio::sync::Semaphore> {
     std::sync::Arc::new(tokio::sync::Semaphore::new(1))
 }
 
+/// The spare connection and its permit.
+struct Spare {
+    permit: tokio::sync::OwnedSemaphorePermit,
+    conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
+}
+
 /// The spare connection, with its permit, if both are free now.
-fn borrow_spare(pool: &sqlx::PgPool, spare: &std::sync::Arc<tokio::sync::Semaphore>) -> Option<(tokio::sync::OwnedSemaphorePermit, sqlx::pool::PoolConnection<sqlx::Postgres>)> {
+fn borrow_spare(pool: &sqlx::PgPool, spare: &std::sync::Arc<tokio::sync::Semaphore>) -> Option<Spare> {
     let permit = spare.clone().try_acquire_owned().ok()?;
-    Some((permit, pool.try_acquire()?))
+    Some(Spare { permit, conn: pool.try_acquire()? })
 }
 
 /// How long a stopped read may take to notice before its task is abandoned (its connection is
@@ -729,9 +724,19 @@ impl Interrupt {
 pub struct Producer {
     handle: Option<tokio::task::JoinHandle<Result<(), SnapshotError>>>,
     interrupt: Interrupt,
+    /// For a read begun ahead ([`produce_ahead`]): the worker's spare, held until the job's
+    /// read before it has ended ([`Producer::now_the_jobs_own`]) or this read has (a stopped
+    /// one: after its connection is let go).
+    spare: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Producer {
+    /// A read begun ahead whose job's read before it has ended: its connection is the job's
+    /// own now, and the spare goes back for any job to borrow.
+    pub fn now_the_jobs_own(&mut self) {
+        self.spare = None;
+    }
+
     /// The read's result, once it has ended by itself.
     pub async fn finish(mut self) -> Result<(), SnapshotError> {
         match self.handle.take() {
@@ -750,9 +755,14 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
+        let spare = self.spare.take();
         if let Some(handle) = self.handle.take() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(stop_read(self.interrupt.clone(), handle));
+                let interrupt = self.interrupt.clone();
+                runtime.spawn(async move {
+                    stop_read(interrupt, handle).await;
+                    drop(spare);
+                });
             }
         }
     }
@@ -792,9 +802,9 @@ pub fn produce(source: &Source, plan: Plan) -> Reading {
 pub fn produce_ahead(source: &Source, plan: Plan) -> Option<Reading> {
     match source {
         Source::Postgres { pool, spare, .. } => {
-            let (permit, idle) = borrow_spare(pool, spare)?;
-            let mut reading = produce_on(source, plan, Some(idle));
-            reading.spare = Some(permit);
+            let Spare { permit, conn } = borrow_spare(pool, spare)?;
+            let mut reading = produce_on(source, plan, Some(conn));
+            reading.producer.spare = Some(permit);
             Some(reading)
         }
         Source::Sqlite(_) => None,
@@ -808,14 +818,14 @@ fn produce_on(source: &Source, plan: Plan, idle: Option<sqlx::pool::PoolConnecti
     match source.clone() {
         Source::Postgres { pool, control, spare } => {
             let backends = std::sync::Arc::new(tokio::sync::Mutex::new(Backends::default()));
-            let handle = tokio::spawn(produce_postgres(pool, spare, idle, plan, tx, end_tx, backends.clone()));
-            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control } }, part_end, spare: None }
+            let handle = tokio::spawn(produce_postgres((pool, spare), idle, plan, tx, end_tx, backends.clone()));
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control }, spare: None }, part_end }
         }
         Source::Sqlite(path) => {
             let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
             let interrupt = Interrupt::Sqlite(slot.clone());
             let handle = tokio::task::spawn_blocking(move || produce_sqlite(&path, &plan, &tx, &slot));
-            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt }, part_end, spare: None }
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt, spare: None }, part_end }
         }
     }
 }
@@ -827,6 +837,8 @@ struct Borrowed {
     conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
     pid: i32,
     clean: bool,
+    /// For the worker's spare: its permit, let go after the connection (fields drop in order).
+    _spare: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Drop for Borrowed {
@@ -838,8 +850,8 @@ impl Drop for Borrowed {
 }
 
 /// Registers a snapshot connection's server process for a stop to cancel.
-async fn register(conn: sqlx::pool::PoolConnection<sqlx::Postgres>, backends: &tokio::sync::Mutex<Backends>) -> Result<Borrowed, SnapshotError> {
-    let mut borrowed = Borrowed { conn, pid: 0, clean: false };
+async fn register(conn: sqlx::pool::PoolConnection<sqlx::Postgres>, spare: Option<tokio::sync::OwnedSemaphorePermit>, backends: &tokio::sync::Mutex<Backends>) -> Result<Borrowed, SnapshotError> {
+    let mut borrowed = Borrowed { conn, pid: 0, clean: false, _spare: spare };
     borrowed.pid = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *borrowed.conn).await?;
     backends.lock().await.pids.push(borrowed.pid);
     Ok(borrowed)
@@ -934,8 +946,7 @@ impl std::io::Write for ChunkSender<'_> {
 }
 
 async fn produce_postgres(
-    pool: sqlx::PgPool,
-    spare: std::sync::Arc<tokio::sync::Semaphore>,
+    (pool, spare): (sqlx::PgPool, std::sync::Arc<tokio::sync::Semaphore>),
     idle: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
     plan: Plan,
     tx: mpsc::Sender<Produced>,
@@ -946,7 +957,7 @@ async fn produce_postgres(
         Some(conn) => conn,
         None => pool.acquire().await?,
     };
-    let mut rows = register(conn, &backends).await?;
+    let mut rows = register(conn, None, &backends).await?;
     let read = read_postgres((&pool, &spare), &mut rows.conn, plan, tx, part_end, &backends).await;
     give_back(rows, read.is_ok(), &backends).await;
     read
@@ -969,14 +980,10 @@ async fn read_postgres(
     let mut counting = tokio::task::JoinSet::new();
     let second = if read_at.is_none() { borrow_spare(pool, spare) } else { None };
     match second {
-        Some((permit, second)) => {
+        Some(Spare { permit, conn: second }) => {
             let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *conn).await?;
-            let second = register(second, backends).await?;
-            let counted = count_in_snapshot(second, snapshot, count_sql, plan.params().to_vec(), tx.clone(), backends.clone());
-            counting.spawn(async move {
-                let _spare = permit;
-                counted.await
-            });
+            let second = register(second, Some(permit), backends).await?;
+            counting.spawn(count_in_snapshot(second, snapshot, count_sql, plan.params().to_vec(), tx.clone(), backends.clone()));
         }
         None if read_at.is_some() => {}
         None => {
@@ -1600,14 +1607,16 @@ mod tests {
     fn on_sqlite_the_walk_in_key_order_reads_the_same_rows_when_the_time_is_kept_as_text() {
         let db = rusqlite::Connection::open_in_memory().unwrap();
         // A time column declared TEXT holds its milliseconds as text: a unary `+` on it compared
-        // text with numbers and read no row at all.
+        // text with numbers and read no row at all, and a cast to a number would take row 6,
+        // which the count (comparing text) leaves out.
         db.execute_batch(
             "CREATE TABLE customers (id INTEGER PRIMARY KEY, tenant_id TEXT, name TEXT); \
              CREATE TABLE orders (id INTEGER PRIMARY KEY, tenant_id TEXT, customer_id INTEGER, placed_at TEXT, total_cents INTEGER); \
              CREATE INDEX orders_tenant_placed ON orders (tenant_id, placed_at); \
              CREATE INDEX orders_tenant_key ON orders (tenant_id, id); \
              INSERT INTO orders VALUES (1, 'ten_acme', 1, 1767225600000, 100), (2, 'ten_acme', 1, 1767311999999, 200), \
-               (3, 'ten_acme', 1, 1767312000000, 300), (4, 'ten_acme', 1, 1767225599999, 400), (5, 'ten_other', 1, 1767225600001, 500);",
+               (3, 'ten_acme', 1, 1767312000000, 300), (4, 'ten_acme', 1, 1767225599999, 400), (5, 'ten_other', 1, 1767225600001, 500), \
+               (6, 'ten_acme', 1, ' 1767225600500', 600);",
         )
         .unwrap();
         let plan = Plan::new(&orders(), &ExportRequest::new("orders"), &resolved(&["order_id"]), "ten_acme", DbBackend::Sqlite).unwrap();

@@ -61,12 +61,8 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
             }
             let started = std::time::Instant::now();
             let mut reading = match begun {
-                // Begun after the same key, and authorised then. The read before it has ended
-                // (its part is staged), so this is the job's one read now, not the spare.
-                Some(ReadAhead { after, mut reading }) if after == last_key => {
-                    reading.spare = None;
-                    reading
-                }
+                // Begun after the same key, and authorised then.
+                Some(begun) if begun.after == last_key => begun.reading,
                 other => {
                     // A read ahead from another key is stopped now, not when this part is staged.
                     drop(other);
@@ -92,7 +88,11 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
                 Ok(Some(ReadAhead { after, reading }))
             };
             let staging = staging_part_key(&job.id, job.generation, index);
-            let (staged, read_ahead) = tokio::try_join!(a.stage(reading, &staging, compression, rows_before), read_ahead)?;
+            let (staged, mut read_ahead) = tokio::try_join!(a.stage(reading, &staging, compression, rows_before), read_ahead)?;
+            if let Some(ahead) = &mut read_ahead {
+                // This part's read has ended: the one begun ahead is the job's only read now.
+                ahead.reading.producer.now_the_jobs_own();
+            }
             let read = staged.part.ok_or_else(|| Stop::internal("a part's read reported no keys"))?;
             // Checked like the sizes and digests: a part holds at most the plan's rows.
             if u64::try_from(staged.rows).map_or(true, |rows| rows > fixed.part_rows) {
