@@ -1580,16 +1580,23 @@ mod tests {
         }
     }
 
+    /// An in-memory SQLite database with the demo's orders and customers, the order's time
+    /// declared as `time_type`, and its two indexes: by time and by key.
+    fn orders_db(time_type: &str) -> rusqlite::Connection {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        db.execute_batch(&format!(
+            "CREATE TABLE customers (id INTEGER PRIMARY KEY, tenant_id TEXT, name TEXT); \
+             CREATE TABLE orders (id INTEGER PRIMARY KEY, tenant_id TEXT, customer_id INTEGER, placed_at {time_type}, total_cents INTEGER); \
+             CREATE INDEX orders_tenant_placed ON orders (tenant_id, placed_at); \
+             CREATE INDEX orders_tenant_key ON orders (tenant_id, id);"
+        ))
+        .unwrap();
+        db
+    }
+
     #[test]
     fn on_sqlite_the_rows_can_be_read_by_walking_the_key_index_instead_of_sorting_the_times_range() {
-        let db = rusqlite::Connection::open_in_memory().unwrap();
-        db.execute_batch(
-            "CREATE TABLE customers (id INTEGER PRIMARY KEY, tenant_id TEXT, name TEXT); \
-             CREATE TABLE orders (id INTEGER PRIMARY KEY, tenant_id TEXT, customer_id INTEGER, placed_at INTEGER, total_cents INTEGER); \
-             CREATE INDEX orders_tenant_placed ON orders (tenant_id, placed_at); \
-             CREATE INDEX orders_tenant_key ON orders (tenant_id, id);",
-        )
-        .unwrap();
+        let db = orders_db("INTEGER");
         let plan = Plan::new(&orders(), &ExportRequest::new("orders"), &resolved(&["order_id", "customer_name", "total"]), "ten_acme", DbBackend::Sqlite).unwrap();
         let explained = |sql: &str| -> String {
             let mut statement = db.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
@@ -1605,16 +1612,12 @@ mod tests {
 
     #[test]
     fn on_sqlite_the_walk_in_key_order_reads_the_same_rows_when_the_time_is_kept_as_text() {
-        let db = rusqlite::Connection::open_in_memory().unwrap();
         // A time column declared TEXT holds its milliseconds as text: a unary `+` on it compared
         // text with numbers and read no row at all, and a cast to a number would take row 6,
         // which the count (comparing text) leaves out.
+        let db = orders_db("TEXT");
         db.execute_batch(
-            "CREATE TABLE customers (id INTEGER PRIMARY KEY, tenant_id TEXT, name TEXT); \
-             CREATE TABLE orders (id INTEGER PRIMARY KEY, tenant_id TEXT, customer_id INTEGER, placed_at TEXT, total_cents INTEGER); \
-             CREATE INDEX orders_tenant_placed ON orders (tenant_id, placed_at); \
-             CREATE INDEX orders_tenant_key ON orders (tenant_id, id); \
-             INSERT INTO orders VALUES (1, 'ten_acme', 1, 1767225600000, 100), (2, 'ten_acme', 1, 1767311999999, 200), \
+            "INSERT INTO orders VALUES (1, 'ten_acme', 1, 1767225600000, 100), (2, 'ten_acme', 1, 1767311999999, 200), \
                (3, 'ten_acme', 1, 1767312000000, 300), (4, 'ten_acme', 1, 1767225599999, 400), (5, 'ten_other', 1, 1767225600001, 500), \
                (6, 'ten_acme', 1, ' 1767225600500', 600);",
         )
