@@ -641,7 +641,8 @@ pub enum Source {
         control: sea_orm::DatabaseConnection,
         /// The one connection beyond a connection per job, as a permit: a job borrows it (a count
         /// beside its read, a part read ahead) only with the permit, so however many jobs want
-        /// one, at most one holds it, and every job's own read finds a connection.
+        /// one, at most one holds it, and no job waits for another's borrowed connection to get
+        /// its own.
         spare: std::sync::Arc<tokio::sync::Semaphore>,
     },
     /// A SQLite database file.
@@ -975,8 +976,8 @@ async fn read_postgres(
     let read_at = read_only_snapshot(&mut conn, None, plan.params(), plan.part.is_some()).await?;
     let count_sql = plan.count_sql();
     // The count runs beside the rows, on the worker's spare connection importing this
-    // transaction's snapshot, when the spare is free; otherwise first, on this one. Dropping the set stops it. A
-    // part is not counted: it is known to hold at most its size.
+    // transaction's snapshot, when the spare is free; otherwise first, on this one. Dropping the
+    // set stops it. A part is not counted: it is known to hold at most its size.
     let mut counting = tokio::task::JoinSet::new();
     let second = if read_at.is_none() { borrow_spare(pool, spare) } else { None };
     match second {
