@@ -12,7 +12,8 @@
 //! failure path, before the transition). A checkpointed export meets, for each part,
 //! `each_chunk`, `mid_stream`, `after_part_staged` (streamed, before its check) and
 //! `after_checkpoint` (its checkpoint committed), then `before_release` and the rest; and
-//! `part_read_ahead` whenever a part's read begins while the part before it streams.
+//! `before_part_read_ahead` and `part_read_ahead` just before and just after a part's read
+//! begins while the part before it streams.
 //!
 //! They are configured with the `fail` crate: `FAILPOINTS=after_publish=return(crash)` in a
 //! process's environment, or `fail::cfg` / `fail::cfg_callback` in-process. `return(crash)`

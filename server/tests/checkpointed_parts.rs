@@ -9,6 +9,7 @@ mod support;
 use serde_json::{json, Value};
 use std::time::Duration;
 use support::procs::everything;
+use support::holders::Holder;
 use support::{bundles, expect_problem, Backend, Gate, Options, TestApp, Turnstile};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -205,6 +206,46 @@ async fn on_postgresql_one_job_at_a_time_reads_ahead_and_another_job_meanwhile_r
     let (_, rows) = bundles::check(&bytes, &done, 500);
     assert_eq!(bundles::keys(&rows), keys(&app).await, "every row once, in key order");
     drop(ahead);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgresql_a_part_read_ahead_blocked_on_a_lock_held_from_psql_ends_with_its_cancelled_export() {
+    let app = TestApp::start(options(Backend::Postgres)).await;
+    let bob = app.login("bob@acme.test").await;
+    let mut before = Gate::close(&app.fault("before_part_read_ahead"));
+    let id = create(&app, &bob, "blocked-ahead", &checkpointed()).await;
+    before.reached().await;
+    // Part 1's read goes on and commits; only then is the lock taken, so the statement that
+    // waits for it is part 2's, begun ahead once the gate opens.
+    let lock = Holder::psql(app.database_url(), "LOCK TABLE orders IN ACCESS EXCLUSIVE MODE;").await;
+    before.open();
+    let waiting = "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()";
+    let deadline = tokio::time::Instant::now() + LONG;
+    while app.scalar(waiting).await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "part 2's read ahead never waited for the lock");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cancelled = std::time::Instant::now();
+    let resp = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
+    assert_eq!(resp.status(), 202);
+    let done = app.wait_terminal(&bob, &id, Duration::from_secs(15)).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert!(cancelled.elapsed() < Duration::from_secs(15), "the cancel took {:?}", cancelled.elapsed());
+    // A stop repeats its cancel until the read ends (a cancel lands only on a running
+    // statement), within STOP_WAIT's 5 s.
+    let left_waiting = "SELECT application_name || ': ' || left(query, 60) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = app.texts(left_waiting).await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the read ahead's statement is still waiting for the lock: {left:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    lock.release().await;
+    drop(before);
     app.stop().await;
 }
 

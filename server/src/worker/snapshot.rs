@@ -738,18 +738,30 @@ impl Producer {
         self.spare = None;
     }
 
-    /// The read's result, once it has ended by itself.
+    /// The read's result, once it has ended by itself. A wait dropped before then (the attempt
+    /// stopped by another of its steps meanwhile) drops the producer with its read, which stops
+    /// it.
     pub async fn finish(mut self) -> Result<(), SnapshotError> {
-        match self.handle.take() {
-            Some(handle) => handle.await.map_err(|e| SnapshotError::Database(format!("the snapshot read stopped: {e}")))?,
-            None => Err(SnapshotError::Stopped),
-        }
+        let ended = match self.handle.as_mut() {
+            Some(handle) => handle.await,
+            None => return Err(SnapshotError::Stopped),
+        };
+        self.handle = None;
+        ended.map_err(|e| SnapshotError::Database(format!("the snapshot read stopped: {e}")))?
     }
 
     /// Ends the read now: cancels its statement, then waits (a bounded time) for it to stop.
+    /// The stop runs as a task of its own, to its end even when this wait is dropped (the
+    /// attempt stopped by another of its steps meanwhile): a stop dropped between two cancels
+    /// left a read waiting in the database, on a lock, after its export had ended.
     pub async fn stop(mut self) {
         if let Some(handle) = self.handle.take() {
-            stop_read(self.interrupt.clone(), handle).await;
+            let (interrupt, spare) = (self.interrupt.clone(), self.spare.take());
+            let stopping = tokio::spawn(async move {
+                stop_read(interrupt, handle).await;
+                drop(spare);
+            });
+            let _ = stopping.await;
         }
     }
 }

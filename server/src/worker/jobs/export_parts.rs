@@ -82,6 +82,7 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
                 // Begun only while the lease is held and the export authorised.
                 a.checkpoint()?;
                 a.authorised(permission).await?;
+                a.fault("before_part_read_ahead")?;
                 let after = Some(end);
                 let Some(reading) = snapshot::produce_ahead(&a.ctx.snapshots, plan.part(KeyRange { after, ..range })) else { return Ok(None) };
                 a.fault("part_read_ahead")?;
