@@ -163,7 +163,15 @@ async fn processes_frozen_inside_a_claim_and_a_release_stop_no_other_claim_heart
     let lost = scalar(&db, "SELECT COUNT(*) FROM job_events WHERE detail = 'worker_lost'").await;
     assert!(lost >= 1, "the janitor ended lapsed leases while the frozen processes held their rows");
 
-    // Both frozen processes wake: nothing is duplicated.
+    // Both frozen processes wake once the server has ended their transactions
+    // (`idle_in_transaction_session_timeout`, 10 s): woken before, a frozen claim still commits
+    // (seen when the other exports were done within 8 s of the freeze).
+    eventually("the frozen processes' transactions are ended by the server", LONG, || {
+        let db = &db;
+        async move { scalar(db, "SELECT COUNT(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' AND datname = current_database()").await == 0 }
+    })
+    .await;
+    // Nothing is duplicated.
     in_claim.signal("CONT");
     in_release.signal("CONT");
     let frozen_claim = api.wait_status(&claimed_frozen, &["ready", "failed", "cancelled"], LONG).await;
