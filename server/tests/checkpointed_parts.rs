@@ -8,7 +8,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::procs::everything;
+use support::procs::{eventually, everything};
 use support::holders::Holder;
 use support::{bundles, expect_problem, Backend, Gate, Options, TestApp, Turnstile};
 
@@ -46,6 +46,15 @@ async fn download(app: &TestApp, client: &reqwest::Client, path: &str) -> (reqwe
 }
 
 /// The demo tenant's order keys, in order.
+/// The bundle of the ready export `done` downloads whole and checked (parts of 500 rows), and
+/// holds every order of acme once, in key order.
+async fn every_row_once_in_key_order(app: &TestApp, client: &reqwest::Client, done: &Value) {
+    let id = done["id"].as_str().unwrap_or_else(|| panic!("{done}"));
+    let (_, bytes) = download(app, client, &format!("/api/exports/{id}/download")).await;
+    let (_, rows) = bundles::check(&bytes, done, 500);
+    assert_eq!(bundles::keys(&rows), keys(app).await, "every row once, in key order");
+}
+
 async fn keys(app: &TestApp) -> Vec<i64> {
     let backend = app.db.get_database_backend();
     let found = sea_orm::ConnectionTrait::query_all_raw(&app.db, sea_orm::Statement::from_string(backend, "SELECT id FROM orders WHERE tenant_id = 'ten_acme' ORDER BY id")).await.unwrap();
@@ -176,9 +185,7 @@ async fn on_postgresql_part_3_is_read_while_part_1_is_still_being_checkpointed()
     let done = app.wait_terminal(&bob, &id, LONG).await;
     assert_eq!(done["status"], "ready", "{done}");
     assert_eq!(ahead.load(std::sync::atomic::Ordering::SeqCst), 5, "parts 2 to 6 were each read while the part before them streamed");
-    let (_, bytes) = download(&app, &bob, &format!("/api/exports/{id}/download")).await;
-    let (_, rows) = bundles::check(&bytes, &done, 500);
-    assert_eq!(bundles::keys(&rows), keys(&app).await, "every row once, in key order");
+    every_row_once_in_key_order(&app, &bob, &done).await;
     fail::remove(app.fault("part_read_ahead"));
     drop(boundary);
     app.stop().await;
@@ -202,9 +209,7 @@ async fn on_postgresql_one_job_at_a_time_reads_ahead_and_another_job_meanwhile_r
     ahead.open();
     let done = app.wait_terminal(&bob, &first, LONG).await;
     assert_eq!(done["status"], "ready", "{done}");
-    let (_, bytes) = download(&app, &bob, &format!("/api/exports/{first}/download")).await;
-    let (_, rows) = bundles::check(&bytes, &done, 500);
-    assert_eq!(bundles::keys(&rows), keys(&app).await, "every row once, in key order");
+    every_row_once_in_key_order(&app, &bob, &done).await;
     drop(ahead);
     app.stop().await;
 }
@@ -221,11 +226,7 @@ async fn on_postgresql_a_part_read_ahead_blocked_on_a_lock_held_from_psql_ends_w
     let lock = Holder::psql(app.database_url(), "LOCK TABLE orders IN ACCESS EXCLUSIVE MODE;").await;
     before.open();
     let waiting = "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()";
-    let deadline = tokio::time::Instant::now() + LONG;
-    while app.scalar(waiting).await == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "part 2's read ahead never waited for the lock");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("part 2's read ahead waits for the lock", LONG, || async { app.scalar(waiting).await > 0 }).await;
     let cancelled = std::time::Instant::now();
     let resp = bob.post(app.url(&format!("/api/exports/{id}/cancel"))).send().await.unwrap();
     assert_eq!(resp.status(), 202);
@@ -293,9 +294,7 @@ on_both_backends!(a_store_outage_during_part_3_waits_to_retry_and_resumes_at_par
         .scalar(&format!("SELECT COUNT(*) FROM job_events WHERE job_id = '{id}' AND from_status = 'running' AND to_status = 'retry_wait' AND generation = 1"))
         .await;
     assert_eq!(retried, 1, "the outage is in the audit trail");
-    let (_, bytes) = download(&app, &bob, &format!("/api/exports/{id}/download")).await;
-    let (_, rows) = bundles::check(&bytes, &done, 500);
-    assert_eq!(bundles::keys(&rows), keys(&app).await);
+    every_row_once_in_key_order(&app, &bob, &done).await;
     app.stop().await;
 });
 
