@@ -205,10 +205,12 @@ impl Attempt<'_> {
     }
 
     /// The staged object at `key` must be exactly what was streamed: same size, same digest,
-    /// same CRC-32.
+    /// same CRC-32. Meanwhile a local folder writes the staged file out to its disk, so that
+    /// making the published file durable later finds it written (it is the same file).
     pub(super) async fn validate(&self, staged: &Staged, key: &Path) -> Result<(), Stop> {
         let ticker = self.lease.ticker();
-        let read = self.store.digest(key, std::sync::Arc::new(move || ticker.tick())).await.map_err(Stop::storage)?;
+        let (read, ()) = tokio::join!(self.store.digest(key, std::sync::Arc::new(move || ticker.tick())), self.store.write_out(key));
+        let read = read.map_err(Stop::storage)?;
         if read.size as i64 != staged.bytes || read.sha256 != staged.sha256 || read.crc32 != staged.crc32 {
             return Err(Stop::storage(format!(
                 "the staged object is {} bytes with digest {} and CRC-32 {:08x}, but {} bytes with digest {} and CRC-32 {:08x} were written",
