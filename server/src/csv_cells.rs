@@ -119,6 +119,8 @@ pub struct CsvEncoder {
     record_start: usize,
     /// Fields written in the current record.
     fields: usize,
+    /// Fields in every record: the header's.
+    width: usize,
     scratch: Vec<u8>,
 }
 
@@ -131,7 +133,7 @@ impl CsvEncoder {
     /// A file that starts (after an optional UTF-8 byte order mark) with the header row.
     pub fn new(bom: bool, header: &[&str]) -> std::io::Result<CsvEncoder> {
         let out = if bom { "\u{feff}".as_bytes().to_vec() } else { Vec::new() };
-        let mut encoder = CsvEncoder { record_start: out.len(), out, fields: 0, scratch: Vec::with_capacity(256) };
+        let mut encoder = CsvEncoder { record_start: out.len(), out, fields: 0, width: header.len(), scratch: Vec::with_capacity(256) };
         for name in header {
             encoder.field(name.as_bytes());
         }
@@ -280,8 +282,12 @@ impl CsvEncoder {
         self.scratch = cell;
     }
 
-    /// Ends the current row.
+    /// Ends the current row; a row of another width than the header's is refused (kind
+    /// `InvalidData`), as the `csv` crate's writer refused it.
     pub fn end_row(&mut self) -> std::io::Result<()> {
+        if self.fields != self.width {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a row of {} fields under a header of {}", self.fields, self.width)));
+        }
         // A record with no bytes (one empty field) would read back as no record at all.
         if self.out.len() == self.record_start {
             self.out.extend_from_slice(b"\"\"");

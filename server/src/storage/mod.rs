@@ -331,17 +331,18 @@ impl ExportStore {
             .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })
     }
 
-    /// Starts writing the file at `key` of a local folder out to its disk and waits for it
-    /// (`fdatasync`), so that a later [`ExportStore::make_durable`] of the file (or of a hard
-    /// link to it) finds little left to write; nothing on S3. Only a head start: a failure is
-    /// logged and left to `make_durable`, which reports it.
-    pub async fn write_out(&self, key: &Path) {
-        let Some(local) = &self.local else { return };
-        let Ok(file) = local.path_to_filesystem(key) else { return };
+    /// Writes the file at `key` of a local folder out to its disk (`fdatasync`), so that a later
+    /// [`ExportStore::make_durable`] of the file (or of a hard link to it) finds little left to
+    /// write; nothing on S3. Its error is the caller's to act on: Linux reports a failed
+    /// write-back once, to the first sync that asks, so a later fsync of the same file may not
+    /// hear of it.
+    pub async fn write_out(&self, key: &Path) -> Result<(), object_store::Error> {
+        let Some(local) = &self.local else { return Ok(()) };
+        let file = local.path_to_filesystem(key)?;
         let written = tokio::task::spawn_blocking(move || std::fs::File::open(&file)?.sync_data()).await;
-        if let Ok(Err(e)) = written {
-            tracing::debug!(key = %key, error = %e, "writing a staged file out ahead failed");
-        }
+        written
+            .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
+            .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })
     }
 
     /// Writes `bytes` at `key` unless an object is there already (create-if-absent: under a

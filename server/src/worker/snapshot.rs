@@ -1055,7 +1055,11 @@ async fn copy_rows<W: RowEncoder>(
     mut counting: tokio::task::JoinSet<Result<(), SnapshotError>>,
 ) -> Result<Chunker<W>, SnapshotError> {
     let (raw_tx, raw_rx) = mpsc::channel::<bytes::Bytes>(BATCHES_IN_FLIGHT);
-    let utf8: bool = sqlx::query_scalar("SELECT current_setting('server_encoding') = 'UTF8'").fetch_one(&mut *conn).await?;
+    let utf8: bool = sqlx::query_scalar(
+        "SELECT current_setting('server_encoding') = 'UTF8' AND current_setting('client_encoding') = 'UTF8' AND CAST(current_setting('server_version_num') AS INTEGER) >= 150000",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
     let shape = RowShape { columns: plan.columns.clone(), extra: plan.extra_fields(), key_at: plan.part.map(|_| plan.select.len() - 1), utf8 };
     let chunks = tx.clone();
     let encoding = tokio::task::spawn_blocking(move || encode_rows(&shape, raw_rx, out, &chunks));
@@ -1107,7 +1111,7 @@ const BATCH_BYTES: usize = 256 * 1024;
 const BATCHES_IN_FLIGHT: usize = 4;
 
 /// What the encoding thread needs of a plan: the file's columns, the fields after them, where
-/// a part's key is, and whether the database's text is UTF-8 by its encoding.
+/// a part's key is, and whether the database's text is UTF-8 without a check ([`write_fields`]).
 struct RowShape {
     columns: Vec<Cell>,
     extra: usize,
@@ -1220,8 +1224,10 @@ fn key_field(tuple: &Tuple<'_>, at: usize) -> Result<i64, SnapshotError> {
 
 /// Writes a row's fields (PostgreSQL's binary forms of the plan's casts) as the file's columns;
 /// `extra` fields follow them (currencies, a part's key). NULL is an empty cell. With `utf8`
-/// (the database's encoding is UTF8, whose text PostgreSQL checked on the way in) text is
-/// handed on as bytes, unchecked: checking every cell again took a tenth of a worker's CPU.
+/// (a UTF8 database and connection on PostgreSQL 15 or later: text is checked on its way in, and
+/// from 15 on a `"char"` cast to text writes a byte above 127 escaped rather than as it is)
+/// text is handed on as bytes, unchecked: checking every cell again took a tenth of a worker's
+/// CPU. Otherwise text that is not UTF-8 fails the export.
 fn write_fields(columns: &[Cell], extra: usize, utf8: bool, tuple: &Tuple<'_>, csv: &mut impl RowEncoder) -> Result<(), SnapshotError> {
     if tuple.len() != columns.len() + extra {
         return Err(SnapshotError::Data(format!("{} fields for {} columns", tuple.len(), columns.len())));
@@ -1782,5 +1788,33 @@ filters = [
             assert!(decoder.finished());
             assert_eq!(String::from_utf8(csv.take().unwrap()).unwrap(), "total,notes\r\n-12.50,'=1+1\r\n0.07,محمد\r\n", "split {split}");
         }
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_fails_the_export_unless_the_database_vouches_for_it() {
+        let mut stream = Vec::new();
+        stream.extend_from_slice(SIGNATURE);
+        stream.extend_from_slice(&0u32.to_be_bytes());
+        stream.extend_from_slice(&0u32.to_be_bytes());
+        stream.extend_from_slice(&1i16.to_be_bytes());
+        stream.extend_from_slice(&1i32.to_be_bytes());
+        stream.push(0xC3);
+        stream.extend_from_slice(&(-1i16).to_be_bytes());
+        let columns = [Cell { name: "notes".into(), read: Read::Text }];
+        let mut decoder = CopyBinary::default();
+        decoder.feed(&stream);
+        let tuple = decoder.next_tuple().unwrap().unwrap();
+        let mut csv = CsvEncoder::new(false, &["notes"]).unwrap();
+        assert!(matches!(write_fields(&columns, 0, false, &tuple, &mut csv), Err(SnapshotError::Data(_))), "checked, refused");
+        let layout = Layout {
+            titles: vec!["Notes".into()],
+            kinds: vec![Kind::Plain],
+            report: "orders".into(),
+            right_to_left: false,
+            zone: jiff::tz::TimeZone::UTC,
+            created: jiff::Timestamp::UNIX_EPOCH,
+        };
+        let mut workbook = XlsxEncoder::new(layout).unwrap();
+        assert!(matches!(write_fields(&columns, 0, true, &tuple, &mut workbook), Err(SnapshotError::Data(_))), "a workbook checks its text whatever the database");
     }
 }

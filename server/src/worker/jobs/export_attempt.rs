@@ -206,10 +206,13 @@ impl Attempt<'_> {
 
     /// The staged object at `key` must be exactly what was streamed: same size, same digest,
     /// same CRC-32. Meanwhile a local folder writes the staged file out to its disk, so that
-    /// making the published file durable later finds it written (it is the same file).
+    /// making the published file durable later finds it written (it is the same file); a
+    /// failure to write it out stops the attempt like a wrong digest, since the later fsync may
+    /// not hear of it.
     pub(super) async fn validate(&self, staged: &Staged, key: &Path) -> Result<(), Stop> {
         let ticker = self.lease.ticker();
-        let (read, ()) = tokio::join!(self.store.digest(key, std::sync::Arc::new(move || ticker.tick())), self.store.write_out(key));
+        let (read, written) = tokio::join!(self.store.digest(key, std::sync::Arc::new(move || ticker.tick())), self.store.write_out(key));
+        written.map_err(Stop::storage)?;
         let read = read.map_err(Stop::storage)?;
         if read.size as i64 != staged.bytes || read.sha256 != staged.sha256 || read.crc32 != staged.crc32 {
             return Err(Stop::storage(format!(
