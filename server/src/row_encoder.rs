@@ -10,9 +10,10 @@ use std::io::Write;
 pub trait RowEncoder: Send + 'static {
     /// A text cell.
     fn text(&mut self, text: &str) -> std::io::Result<()>;
-    /// A text cell whose bytes the source guarantees are UTF-8 (PostgreSQL's text when the
-    /// database's encoding is UTF8): an encoder that needs them as a `str` checks them first
-    /// (an error of kind `InvalidData` when they are not); one that writes bytes need not.
+    /// A text cell whose bytes the source guarantees are UTF-8 (PostgreSQL 15 or later's text,
+    /// with the database and the connection in UTF8): an encoder that needs them as a `str`
+    /// checks them first (an error of kind `InvalidData` when they are not); one that writes
+    /// bytes need not.
     fn text_utf8(&mut self, text: &[u8]) -> std::io::Result<()> {
         self.text(std::str::from_utf8(text).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?)
     }
