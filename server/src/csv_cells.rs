@@ -141,12 +141,17 @@ impl CsvEncoder {
         Ok(encoder)
     }
 
-    /// Appends one field of the current record.
-    fn field(&mut self, bytes: &[u8]) {
+    /// Starts one more field of the current record: a comma after the first.
+    fn next_field(&mut self) {
         if self.fields > 0 {
             self.out.push(b',');
         }
         self.fields += 1;
+    }
+
+    /// Appends one field of the current record.
+    fn field(&mut self, bytes: &[u8]) {
+        self.next_field();
         if !bytes.iter().any(|b| quoted(*b)) {
             self.out.extend_from_slice(bytes);
             return;
@@ -167,10 +172,7 @@ impl CsvEncoder {
     /// looked through for them.
     fn plain(&mut self, bytes: &[u8]) {
         debug_assert!(!bytes.iter().any(|b| quoted(*b)), "{bytes:?}");
-        if self.fields > 0 {
-            self.out.push(b',');
-        }
-        self.fields += 1;
+        self.next_field();
         self.out.extend_from_slice(bytes);
     }
 

@@ -339,10 +339,7 @@ impl ExportStore {
     pub async fn write_out(&self, key: &Path) -> Result<(), object_store::Error> {
         let Some(local) = &self.local else { return Ok(()) };
         let file = local.path_to_filesystem(key)?;
-        let written = tokio::task::spawn_blocking(move || std::fs::File::open(&file)?.sync_data()).await;
-        written
-            .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })?
-            .map_err(|e| object_store::Error::Generic { store: "local", source: Box::new(e) })
+        on_local_files(key.to_string(), move || std::fs::File::open(&file)?.sync_data()).await
     }
 
     /// Writes `bytes` at `key` unless an object is there already (create-if-absent: under a

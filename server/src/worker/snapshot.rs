@@ -46,7 +46,9 @@ pub async fn worker_pools(url: &str, source_url: &str, concurrency: usize, snaps
         let pool = connect_pool(source_url, PoolUse::Snapshot { lock_timeout: snapshot_lock_timeout }, size, size).await?;
         // A read that must stop is cancelled from a connection of the same server (and role).
         let cancels = if source_url == url { control.clone() } else { connect_pool(source_url, PoolUse::Control, 0, 1).await? };
-        Source::Postgres { pool: pool.get_postgres_connection_pool().clone(), control: cancels, spare: spare_connection() }
+        let pool = pool.get_postgres_connection_pool().clone();
+        let text_is_utf8 = sqlx::query_scalar(TEXT_IS_UTF8).fetch_one(&pool).await.map_err(|e| DbErr::Custom(format!("reading the source's encoding: {e}")))?;
+        Source::Postgres { pool, control: cancels, spare: spare_connection(), text_is_utf8 }
     } else {
         Source::Sqlite(sqlite_path(source_url).ok_or_else(|| DbErr::Custom("a worker needs a SQLite database file, not an in-memory one".into()))?.into())
     };
@@ -629,6 +631,13 @@ fn filter_condition(backend: DbBackend, filter: &Filter, value: &serde_json::Val
     })
 }
 
+/// Whether a PostgreSQL source's text is UTF-8 without a check, asked once when a worker opens
+/// its snapshot connections: a UTF8 database and connection on PostgreSQL 15 or later (text is
+/// checked on its way in, and from 15 on a `"char"` cast to text writes a byte above 127 escaped
+/// rather than as it is). sqlx sets every connection's `client_encoding` to UTF8.
+const TEXT_IS_UTF8: &str =
+    "SELECT current_setting('server_encoding') = 'UTF8' AND current_setting('client_encoding') = 'UTF8' AND CAST(current_setting('server_version_num') AS INTEGER) >= 150000";
+
 /// Where a snapshot is read from.
 #[derive(Debug, Clone)]
 pub enum Source {
@@ -644,6 +653,8 @@ pub enum Source {
         /// one, at most one holds it, and no job waits for another's borrowed connection to get
         /// its own.
         spare: std::sync::Arc<tokio::sync::Semaphore>,
+        /// Whether the source's text is UTF-8 without a check ([`TEXT_IS_UTF8`]).
+        text_is_utf8: bool,
     },
     /// A SQLite database file.
     Sqlite(std::path::PathBuf),
@@ -829,9 +840,9 @@ fn produce_on(source: &Source, plan: Plan, idle: Option<sqlx::pool::PoolConnecti
     let (end_tx, end_rx) = tokio::sync::oneshot::channel();
     let part_end = plan.part.is_some().then_some(end_rx);
     match source.clone() {
-        Source::Postgres { pool, control, spare } => {
+        Source::Postgres { pool, control, spare, text_is_utf8 } => {
             let backends = std::sync::Arc::new(tokio::sync::Mutex::new(Backends::default()));
-            let handle = tokio::spawn(produce_postgres((pool, spare), idle, plan, tx, end_tx, backends.clone()));
+            let handle = tokio::spawn(produce_postgres((pool, spare), idle, (plan, text_is_utf8), tx, end_tx, backends.clone()));
             Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control }, spare: None }, part_end }
         }
         Source::Sqlite(path) => {
@@ -961,7 +972,7 @@ impl std::io::Write for ChunkSender<'_> {
 async fn produce_postgres(
     (pool, spare): (sqlx::PgPool, std::sync::Arc<tokio::sync::Semaphore>),
     idle: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
-    plan: Plan,
+    plan: (Plan, bool),
     tx: mpsc::Sender<Produced>,
     part_end: tokio::sync::oneshot::Sender<PartEnd>,
     backends: std::sync::Arc<tokio::sync::Mutex<Backends>>,
@@ -979,7 +990,7 @@ async fn produce_postgres(
 async fn read_postgres(
     (pool, spare): (&sqlx::PgPool, &std::sync::Arc<tokio::sync::Semaphore>),
     rows: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
-    plan: Plan,
+    (plan, text_is_utf8): (Plan, bool),
     tx: mpsc::Sender<Produced>,
     part_end: tokio::sync::oneshot::Sender<PartEnd>,
     backends: &std::sync::Arc<tokio::sync::Mutex<Backends>>,
@@ -1021,8 +1032,8 @@ async fn read_postgres(
         None => (plan.rows_sql(), true),
     };
     let copied = match &plan.file {
-        FileShape::Csv { bom } => copy_rows(conn, &plan, &rows_sql, (read_at, last), Chunker::new(plan.csv(*bom)?), &tx, counting).await?.finisher(),
-        FileShape::Xlsx(layout) => copy_rows(conn, &plan, &rows_sql, (read_at, last), Chunker::new(XlsxEncoder::new(layout.clone())?), &tx, counting).await?.finisher(),
+        FileShape::Csv { bom } => copy_rows(conn, (&plan, text_is_utf8), &rows_sql, (read_at, last), Chunker::new(plan.csv(*bom)?), &tx, counting).await?.finisher(),
+        FileShape::Xlsx(layout) => copy_rows(conn, (&plan, text_is_utf8), &rows_sql, (read_at, last), Chunker::new(XlsxEncoder::new(layout.clone())?), &tx, counting).await?.finisher(),
     };
     tokio::task::spawn_blocking(move || copied(&tx)).await.map_err(|e| SnapshotError::Database(format!("the file's end was not written: {e}")))?
 }
@@ -1047,7 +1058,7 @@ impl<W: RowEncoder> Chunker<W> {
 /// rather than beside them (measured: one thread of the worker busy, the other idle).
 async fn copy_rows<W: RowEncoder>(
     mut conn: sqlx::Transaction<'_, sqlx::Postgres>,
-    plan: &Plan,
+    (plan, utf8): (&Plan, bool),
     rows_sql: &str,
     (read_at, last): (Option<i64>, bool),
     out: Chunker<W>,
@@ -1055,11 +1066,6 @@ async fn copy_rows<W: RowEncoder>(
     mut counting: tokio::task::JoinSet<Result<(), SnapshotError>>,
 ) -> Result<Chunker<W>, SnapshotError> {
     let (raw_tx, raw_rx) = mpsc::channel::<bytes::Bytes>(BATCHES_IN_FLIGHT);
-    let utf8: bool = sqlx::query_scalar(
-        "SELECT current_setting('server_encoding') = 'UTF8' AND current_setting('client_encoding') = 'UTF8' AND CAST(current_setting('server_version_num') AS INTEGER) >= 150000",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
     let shape = RowShape { columns: plan.columns.clone(), extra: plan.extra_fields(), key_at: plan.part.map(|_| plan.select.len() - 1), utf8 };
     let chunks = tx.clone();
     let encoding = tokio::task::spawn_blocking(move || encode_rows(&shape, raw_rx, out, &chunks));
@@ -1224,10 +1230,9 @@ fn key_field(tuple: &Tuple<'_>, at: usize) -> Result<i64, SnapshotError> {
 
 /// Writes a row's fields (PostgreSQL's binary forms of the plan's casts) as the file's columns;
 /// `extra` fields follow them (currencies, a part's key). NULL is an empty cell. With `utf8`
-/// (a UTF8 database and connection on PostgreSQL 15 or later: text is checked on its way in, and
-/// from 15 on a `"char"` cast to text writes a byte above 127 escaped rather than as it is)
-/// text is handed on as bytes, unchecked: checking every cell again took a tenth of a worker's
-/// CPU. Otherwise text that is not UTF-8 fails the export.
+/// (the source's text is UTF-8 by [`TEXT_IS_UTF8`]) text is handed on as bytes, unchecked:
+/// checking every cell again took a tenth of a worker's CPU. Otherwise text that is not UTF-8
+/// fails the export.
 fn write_fields(columns: &[Cell], extra: usize, utf8: bool, tuple: &Tuple<'_>, csv: &mut impl RowEncoder) -> Result<(), SnapshotError> {
     if tuple.len() != columns.len() + extra {
         return Err(SnapshotError::Data(format!("{} fields for {} columns", tuple.len(), columns.len())));
@@ -1760,12 +1765,17 @@ filters = [
         assert!(!first.part_end_sql().unwrap().contains("> "), "the first part starts at the first key");
     }
 
+    /// The start of a binary COPY stream: its signature, no flags, no header extension.
+    fn copy_stream() -> Vec<u8> {
+        let mut stream = SIGNATURE.to_vec();
+        stream.extend_from_slice(&0u32.to_be_bytes());
+        stream.extend_from_slice(&0u32.to_be_bytes());
+        stream
+    }
+
     #[test]
     fn binary_copy_tuples_decode_however_the_stream_is_split() {
-        let mut stream = Vec::new();
-        stream.extend_from_slice(SIGNATURE);
-        stream.extend_from_slice(&0u32.to_be_bytes());
-        stream.extend_from_slice(&0u32.to_be_bytes());
+        let mut stream = copy_stream();
         for (n, text) in [(-1250i64, "=1+1"), (7, "محمد")] {
             stream.extend_from_slice(&2i16.to_be_bytes());
             stream.extend_from_slice(&8i32.to_be_bytes());
@@ -1792,10 +1802,7 @@ filters = [
 
     #[test]
     fn text_that_is_not_utf8_fails_the_export_unless_the_database_vouches_for_it() {
-        let mut stream = Vec::new();
-        stream.extend_from_slice(SIGNATURE);
-        stream.extend_from_slice(&0u32.to_be_bytes());
-        stream.extend_from_slice(&0u32.to_be_bytes());
+        let mut stream = copy_stream();
         stream.extend_from_slice(&1i16.to_be_bytes());
         stream.extend_from_slice(&1i32.to_be_bytes());
         stream.push(0xC3);
