@@ -320,8 +320,14 @@ impl CsvEncoder {
     /// Takes every byte written so far (between records).
     pub fn take(&mut self) -> std::io::Result<Vec<u8>> {
         let next = Vec::with_capacity(self.buffered() + 64 * 1024);
+        Ok(self.take_leaving(next))
+    }
+
+    /// Takes every byte written so far (between records), leaving `next`, emptied, to write on.
+    pub fn take_leaving(&mut self, mut next: Vec<u8>) -> Vec<u8> {
+        next.clear();
         self.record_start = 0;
-        Ok(std::mem::replace(&mut self.out, next))
+        std::mem::replace(&mut self.out, next)
     }
 }
 
@@ -371,8 +377,8 @@ impl crate::row_encoder::RowEncoder for CsvEncoder {
         CsvEncoder::buffered(self)
     }
 
-    fn take(&mut self) -> std::io::Result<Vec<u8>> {
-        CsvEncoder::take(self)
+    fn take(&mut self, next: Vec<u8>) -> std::io::Result<Vec<u8>> {
+        Ok(self.take_leaving(next))
     }
 
     fn finish(mut self, out: &mut (dyn Write + Send)) -> std::io::Result<()> {

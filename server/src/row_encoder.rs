@@ -36,8 +36,9 @@ pub trait RowEncoder: Send + 'static {
     fn end_row(&mut self) -> std::io::Result<()>;
     /// About how many bytes wait to be taken.
     fn buffered(&self) -> usize;
-    /// Takes every byte ready so far.
-    fn take(&mut self) -> std::io::Result<Vec<u8>>;
+    /// Takes every byte ready so far, leaving `next` (an empty buffer, perhaps one whose bytes
+    /// were staged already) to be filled with the bytes that follow.
+    fn take(&mut self, next: Vec<u8>) -> std::io::Result<Vec<u8>>;
     /// Writes the rest of the file into `out`.
     fn finish(self, out: &mut (dyn Write + Send)) -> std::io::Result<()>;
 }

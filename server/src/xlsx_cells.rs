@@ -441,8 +441,9 @@ impl RowEncoder for XlsxEncoder {
         0
     }
 
-    fn take(&mut self) -> std::io::Result<Vec<u8>> {
-        Ok(Vec::new())
+    fn take(&mut self, next: Vec<u8>) -> std::io::Result<Vec<u8>> {
+        // Nothing is ready before the end: the buffer goes back as it came, for progress alone.
+        Ok(next)
     }
 
     fn finish(mut self, out: &mut (dyn Write + Send)) -> std::io::Result<()> {

@@ -257,6 +257,7 @@ impl ExportStore {
             parts_sent: 0,
             multipart: None,
             on_progress,
+            sent: Vec::new(),
         }
     }
 
@@ -502,6 +503,9 @@ pub struct StagingUpload {
     parts_sent: usize,
     multipart: Option<Multipart>,
     on_progress: OnProgress,
+    /// The buffers of the parts sent, shared with the store until it is done with them; then
+    /// one is filled again rather than a new part mapped and faulted in afresh.
+    sent: Vec<bytes::Bytes>,
 }
 
 struct Multipart {
@@ -535,6 +539,7 @@ impl StagingUpload {
         while !bytes.is_empty() {
             let part_size = self.part_size();
             if self.pending.capacity() == 0 {
+                self.pending = self.reclaim(part_size).unwrap_or_default();
                 self.pending.reserve_exact(part_size);
             }
             let (now, later) = bytes.split_at(bytes.len().min(part_size - self.pending.len()));
@@ -561,10 +566,30 @@ impl StagingUpload {
         if let Some(m) = self.multipart.as_mut() {
             m.settle(PARTS_IN_FLIGHT - 1, &self.on_progress).await?;
             let part = bytes::Bytes::from(std::mem::take(&mut self.pending));
+            if self.sent.len() > PARTS_IN_FLIGHT {
+                self.sent.remove(0);
+            }
+            self.sent.push(part.clone());
             m.parts.spawn(m.upload.put_part(PutPayload::from(part)));
             self.parts_sent += 1;
         }
         Ok(())
+    }
+
+    /// An empty buffer of at least `bytes` that held a part the store no longer holds, if any.
+    fn reclaim(&mut self, bytes: usize) -> Option<Vec<u8>> {
+        for _ in 0..self.sent.len() {
+            match self.sent.remove(0).try_into_mut() {
+                Ok(mut buffer) if buffer.capacity() >= bytes => {
+                    buffer.clear();
+                    return Some(Vec::from(buffer));
+                }
+                // Too small for the part (S3's parts grow): let go.
+                Ok(_) => {}
+                Err(held) => self.sent.push(held),
+            }
+        }
+        None
     }
 
     /// Completes the upload; on failure it is aborted.
@@ -866,6 +891,30 @@ mod tests {
         upload.abort().await.unwrap();
         assert!(matches!(store.digest(&other, on_progress).await, Err(object_store::Error::NotFound { .. })));
         assert!(store.partial_uploads().is_empty(), "no partial file left");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_part_the_store_is_done_with_is_filled_again_not_allocated_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ExportStore::open(&format!("file://{}", dir.path().display())).unwrap();
+        let key = staging_key("exp_reuse", 1);
+        let mut upload = store.stage(&key, Arc::new(|| {}));
+        let part: Vec<u8> = (0..LOCAL_PART_BYTES).map(|i| (i % 251) as u8).collect();
+        upload.write(&part).await.unwrap();
+        upload.write(&part).await.unwrap();
+        upload.multipart.as_mut().unwrap().settle(0, &upload.on_progress).await.unwrap();
+        let sent: Vec<*const u8> = upload.sent.iter().map(|b| b.as_ptr()).collect();
+        assert_eq!(sent.len(), 2, "both parts' buffers are kept");
+        let again = upload.reclaim(LOCAL_PART_BYTES).expect("a landed part's buffer comes back");
+        assert!(sent.contains(&again.as_ptr()), "the very buffer of a part sent");
+        assert!(again.is_empty() && again.capacity() >= LOCAL_PART_BYTES);
+        upload.pending = again;
+        upload.write(&part[..1000]).await.unwrap();
+        upload.finish().await.unwrap();
+        let mut expected = part.repeat(2);
+        expected.extend_from_slice(&part[..1000]);
+        let digests = store.digest(&key, Arc::new(|| {})).await.unwrap();
+        assert_eq!(digests.sha256, hex::encode(Sha256::digest(&expected)), "the refilled buffer wrote its own bytes");
     }
 
     #[test]

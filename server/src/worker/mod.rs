@@ -7,6 +7,7 @@ pub mod janitor;
 pub mod jobs;
 pub mod lease;
 pub mod snapshot;
+pub mod spare_chunks;
 
 use crate::config::{Config, WorkerConfig};
 use crate::faults;

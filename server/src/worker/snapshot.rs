@@ -18,6 +18,7 @@
 
 use crate::catalog::{ColumnType, Filter, FilterTest, FilterValue, Report, TimeUnit};
 use crate::csv_cells::CsvEncoder;
+use crate::worker::spare_chunks::SpareChunks;
 use crate::row_encoder::RowEncoder;
 use crate::xlsx_cells::{Kind, Layout, XlsxEncoder};
 use app::{ExportRequest, FileFormat, FileLanguage, ResolvedContract};
@@ -109,6 +110,8 @@ pub struct Reading {
     /// A part's end: sent once, before its rows; dropped unsent by a read that cannot tell
     /// early (SQLite reads a part in one step) or that failed.
     pub part_end: Option<tokio::sync::oneshot::Receiver<PartEnd>>,
+    /// Where a chunk's buffer goes back once its bytes are staged, for the producer to fill again.
+    pub spares: SpareChunks,
 }
 
 /// Why reading the snapshot failed.
@@ -839,17 +842,19 @@ fn produce_on(source: &Source, plan: Plan, idle: Option<sqlx::pool::PoolConnecti
     let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
     let (end_tx, end_rx) = tokio::sync::oneshot::channel();
     let part_end = plan.part.is_some().then_some(end_rx);
+    let spares = SpareChunks::default();
+    let filled = spares.clone();
     match source.clone() {
         Source::Postgres { pool, control, spare, text_is_utf8 } => {
             let backends = std::sync::Arc::new(tokio::sync::Mutex::new(Backends::default()));
-            let handle = tokio::spawn(produce_postgres((pool, spare), idle, (plan, text_is_utf8), tx, end_tx, backends.clone()));
-            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control }, spare: None }, part_end }
+            let handle = tokio::spawn(produce_postgres((pool, spare), idle, (plan, text_is_utf8), (tx, filled), end_tx, backends.clone()));
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control }, spare: None }, part_end, spares }
         }
         Source::Sqlite(path) => {
             let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
             let interrupt = Interrupt::Sqlite(slot.clone());
-            let handle = tokio::task::spawn_blocking(move || produce_sqlite(&path, &plan, &tx, &slot));
-            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt, spare: None }, part_end }
+            let handle = tokio::task::spawn_blocking(move || produce_sqlite(&path, &plan, (&tx, filled), &slot));
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt, spare: None }, part_end, spares }
         }
     }
 }
@@ -906,18 +911,20 @@ struct Chunker<W> {
     file: W,
     rows: i64,
     ready: Vec<Produced>,
+    spares: SpareChunks,
 }
 
 impl<W: RowEncoder> Chunker<W> {
-    fn new(file: W) -> Chunker<W> {
-        Chunker { file, rows: 0, ready: Vec::new() }
+    fn new(file: W, spares: &SpareChunks) -> Chunker<W> {
+        Chunker { file, rows: 0, ready: Vec::new(), spares: spares.clone() }
     }
 
     fn row_done(&mut self) -> Result<(), SnapshotError> {
         self.file.end_row()?;
         self.rows += 1;
         if self.file.buffered() >= CHUNK_BYTES || self.rows % PROGRESS_ROWS == 0 {
-            let chunk = self.file.take()?;
+            // Room for the record that takes a chunk past its size, without growing.
+            let chunk = self.file.take(self.spares.get(CHUNK_BYTES + 64 * 1024))?;
             self.ready.push(Produced::Chunk(chunk, self.rows));
         }
         Ok(())
@@ -973,7 +980,7 @@ async fn produce_postgres(
     (pool, spare): (sqlx::PgPool, std::sync::Arc<tokio::sync::Semaphore>),
     idle: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
     plan: (Plan, bool),
-    tx: mpsc::Sender<Produced>,
+    tx: (mpsc::Sender<Produced>, SpareChunks),
     part_end: tokio::sync::oneshot::Sender<PartEnd>,
     backends: std::sync::Arc<tokio::sync::Mutex<Backends>>,
 ) -> Result<(), SnapshotError> {
@@ -991,7 +998,7 @@ async fn read_postgres(
     (pool, spare): (&sqlx::PgPool, &std::sync::Arc<tokio::sync::Semaphore>),
     rows: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
     (plan, text_is_utf8): (Plan, bool),
-    tx: mpsc::Sender<Produced>,
+    (tx, spares): (mpsc::Sender<Produced>, SpareChunks),
     part_end: tokio::sync::oneshot::Sender<PartEnd>,
     backends: &std::sync::Arc<tokio::sync::Mutex<Backends>>,
 ) -> Result<(), SnapshotError> {
@@ -1032,8 +1039,8 @@ async fn read_postgres(
         None => (plan.rows_sql(), true),
     };
     let copied = match &plan.file {
-        FileShape::Csv { bom } => copy_rows(conn, (&plan, text_is_utf8), &rows_sql, (read_at, last), Chunker::new(plan.csv(*bom)?), &tx, counting).await?.finisher(),
-        FileShape::Xlsx(layout) => copy_rows(conn, (&plan, text_is_utf8), &rows_sql, (read_at, last), Chunker::new(XlsxEncoder::new(layout.clone())?), &tx, counting).await?.finisher(),
+        FileShape::Csv { bom } => copy_rows(conn, (&plan, text_is_utf8), &rows_sql, (read_at, last), Chunker::new(plan.csv(*bom)?, &spares), &tx, counting).await?.finisher(),
+        FileShape::Xlsx(layout) => copy_rows(conn, (&plan, text_is_utf8), &rows_sql, (read_at, last), Chunker::new(XlsxEncoder::new(layout.clone())?, &spares), &tx, counting).await?.finisher(),
     };
     tokio::task::spawn_blocking(move || copied(&tx)).await.map_err(|e| SnapshotError::Database(format!("the file's end was not written: {e}")))?
 }
@@ -1065,29 +1072,33 @@ async fn copy_rows<W: RowEncoder>(
     tx: &mpsc::Sender<Produced>,
     mut counting: tokio::task::JoinSet<Result<(), SnapshotError>>,
 ) -> Result<Chunker<W>, SnapshotError> {
-    let (raw_tx, raw_rx) = mpsc::channel::<bytes::Bytes>(BATCHES_IN_FLIGHT);
+    let (raw_tx, raw_rx) = mpsc::channel::<Vec<u8>>(BATCHES_IN_FLIGHT);
+    let batches = SpareChunks::default();
+    let decoded = batches.clone();
     let shape = RowShape { columns: plan.columns.clone(), extra: plan.extra_fields(), key_at: plan.part.map(|_| plan.select.len() - 1), utf8 };
     let chunks = tx.clone();
-    let encoding = tokio::task::spawn_blocking(move || encode_rows(&shape, raw_rx, out, &chunks));
+    let encoding = tokio::task::spawn_blocking(move || encode_rows(&shape, (raw_rx, &decoded), out, &chunks));
     let read: Result<(), SnapshotError> = async {
         let statement = format!("COPY ({rows_sql}) TO STDOUT (FORMAT binary)");
         let mut copy = conn.copy_out_raw(&statement).await?;
-        let mut batch = BytesMut::with_capacity(BATCH_BYTES);
+        // A row's message fits in what is left of a batch, without growing it, but for a wide one.
+        let batch_room = BATCH_BYTES + 64 * 1024;
+        let mut batch = batches.get(batch_room);
         while let Some(message) = copy.next().await {
             // Rows arrive faster than they are written; a task that never waits would starve the
             // heartbeats that keep this and every other job's lease alive. Give way now and then.
             tokio::task::coop::consume_budget().await;
             batch.extend_from_slice(&message?);
             if batch.len() >= BATCH_BYTES {
-                let full = std::mem::replace(&mut batch, BytesMut::with_capacity(BATCH_BYTES));
+                let full = std::mem::replace(&mut batch, batches.get(batch_room));
                 // The encoder gone means it failed: its own error says why.
-                if raw_tx.send(full.freeze()).await.is_err() {
+                if raw_tx.send(full).await.is_err() {
                     return Ok(());
                 }
             }
         }
         if !batch.is_empty() {
-            let _ = raw_tx.send(batch.freeze()).await;
+            let _ = raw_tx.send(batch).await;
         }
         Ok(())
     }
@@ -1128,11 +1139,12 @@ struct RowShape {
 /// Decodes the binary COPY stream arriving in batches on `raw` and writes its rows into `out`,
 /// sending each chunk as it fills; on a blocking thread. Returns the file (its end not yet
 /// written) and the keys it saw once the stream ends with its trailer.
-fn encode_rows<W: RowEncoder>(shape: &RowShape, mut raw: mpsc::Receiver<bytes::Bytes>, mut out: Chunker<W>, tx: &mpsc::Sender<Produced>) -> Result<(Chunker<W>, Keys), SnapshotError> {
+fn encode_rows<W: RowEncoder>(shape: &RowShape, (mut raw, batches): (mpsc::Receiver<Vec<u8>>, &SpareChunks), mut out: Chunker<W>, tx: &mpsc::Sender<Produced>) -> Result<(Chunker<W>, Keys), SnapshotError> {
     let mut decoder = CopyBinary::default();
     let mut keys = Keys::default();
     while let Some(batch) = raw.blocking_recv() {
         decoder.feed(&batch);
+        batches.give_back(batch);
         while let Some(tuple) = decoder.next_tuple()? {
             write_fields(&shape.columns, shape.extra, shape.utf8, &tuple, &mut out.file)?;
             if let Some(at) = shape.key_at {
@@ -1430,7 +1442,7 @@ impl CopyBinary {
 fn produce_sqlite(
     path: &std::path::Path,
     plan: &Plan,
-    tx: &mpsc::Sender<Produced>,
+    (tx, spares): (&mpsc::Sender<Produced>, SpareChunks),
     interrupt: &std::sync::Mutex<Option<rusqlite::InterruptHandle>>,
 ) -> Result<(), SnapshotError> {
     let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
@@ -1465,8 +1477,8 @@ fn produce_sqlite(
     };
     let read = (rows_sql.as_str(), read_at, max_key);
     match &plan.file {
-        FileShape::Csv { bom } => step_rows(&conn, plan, read, Chunker::new(plan.csv(*bom)?), tx)?.finish(tx),
-        FileShape::Xlsx(layout) => step_rows(&conn, plan, read, Chunker::new(XlsxEncoder::new(layout.clone())?), tx)?.finish(tx),
+        FileShape::Csv { bom } => step_rows(&conn, plan, read, Chunker::new(plan.csv(*bom)?, &spares), tx)?.finish(tx),
+        FileShape::Xlsx(layout) => step_rows(&conn, plan, read, Chunker::new(XlsxEncoder::new(layout.clone())?, &spares), tx)?.finish(tx),
     }
 }
 

@@ -152,7 +152,7 @@ impl Attempt<'_> {
     /// cancel, a lost lease, a stall, a shutdown) ends it wherever it waits, cancelling the
     /// snapshot's query if the database is still running it.
     async fn stream(&self, reading: Reading, upload: &mut StagingUpload, compression: Compression, rows_before: i64) -> Result<Staged, Stop> {
-        let Reading { mut produced, producer, .. } = reading;
+        let Reading { mut produced, producer, spares, .. } = reading;
         let mut hasher = Sha256::new();
         let mut crc = crc32fast::Hasher::new();
         let mut encoder = Encoder::new(compression);
@@ -172,11 +172,12 @@ impl Attempt<'_> {
                     }
                     Produced::Part { first_key, last_key, read_at, last } => part = Some(PartRead { first_key, last_key, read_at, last }),
                     Produced::Chunk(csv, written) => {
-                        let chunk = encoder.encode(csv).map_err(Stop::internal)?;
-                        hasher.update(&chunk);
-                        crc.update(&chunk);
+                        let chunk = encoder.encode(&csv).map_err(Stop::internal)?;
+                        hasher.update(chunk);
+                        crc.update(chunk);
                         bytes += chunk.len() as i64;
-                        upload.write(&chunk).await.map_err(Stop::storage)?;
+                        upload.write(chunk).await.map_err(Stop::storage)?;
+                        spares.give_back(csv);
                         self.fault("each_chunk")?;
                         rows = written;
                         self.lease.wrote(rows_before + rows);

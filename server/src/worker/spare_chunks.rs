@@ -1,0 +1,68 @@
+//! Buffers handed back once their bytes are used, to be filled again: a file's chunks once
+//! staged, and on PostgreSQL the COPY stream's batches once decoded.
+//!
+//! Each is a quarter of a MiB: above glibc's mmap threshold (which `main.rs` keeps low, so that
+//! a long export's memory does not fragment), so a buffer allocated afresh is mapped, faulted in
+//! a page at a time as it is written, and unmapped once used. On a 1M-row export that was about
+//! a tenth of the worker's CPU, in the kernel; buffers that go round do not fault.
+
+use std::sync::{Arc, Mutex};
+
+/// Buffers kept: at least those in flight between the side that fills them and the side that
+/// uses them, and the one being filled.
+const KEPT: usize = 6;
+
+/// Spare buffers, shared by the side that fills them and the side that uses them up (a read's
+/// producer and its attempt; a COPY's reader and its decoder). Cloning shares the same spares.
+#[derive(Debug, Clone, Default)]
+pub struct SpareChunks(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl SpareChunks {
+    /// An empty buffer with room for at least `bytes`: a spare if one is kept, else a new one.
+    pub fn get(&self, bytes: usize) -> Vec<u8> {
+        let spare = self.0.lock().ok().and_then(|mut kept| kept.pop());
+        let mut buffer = spare.unwrap_or_default();
+        buffer.clear();
+        buffer.reserve(bytes);
+        buffer
+    }
+
+    /// Keeps `buffer` for a later chunk, unless enough are kept already.
+    pub fn give_back(&self, buffer: Vec<u8>) {
+        if buffer.capacity() == 0 {
+            return;
+        }
+        if let Ok(mut kept) = self.0.lock() {
+            if kept.len() < KEPT {
+                kept.push(buffer);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_given_back_is_the_next_one_handed_out_empty() {
+        let spares = SpareChunks::default();
+        let mut first = spares.get(1024);
+        first.extend_from_slice(b"staged bytes");
+        let at = first.as_ptr();
+        spares.give_back(first);
+        let again = spares.get(1024);
+        assert_eq!(again.as_ptr(), at, "the same allocation goes round");
+        assert!(again.is_empty());
+        assert!(again.capacity() >= 1024);
+    }
+
+    #[test]
+    fn no_more_than_a_few_buffers_are_kept() {
+        let spares = SpareChunks::default();
+        for _ in 0..KEPT + 3 {
+            spares.give_back(Vec::with_capacity(16));
+        }
+        assert_eq!(spares.0.lock().unwrap().len(), KEPT);
+    }
+}
