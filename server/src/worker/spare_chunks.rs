@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 /// Buffers kept: at least those in flight between the side that fills them and the side that
 /// uses them, and the one being filled.
-const KEPT: usize = 6;
+const KEPT: usize = 18;
 
 /// Spare buffers, shared by the side that fills them and the side that uses them up (a read's
 /// producer and its attempt; a COPY's reader and its decoder). Cloning shares the same spares.
