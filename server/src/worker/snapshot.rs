@@ -63,7 +63,7 @@ pub const CHUNK_BYTES: usize = 256 * 1024;
 /// rows wait in its temporary files until the end).
 const PROGRESS_ROWS: i64 = 16 * 1024;
 
-/// Chunks in flight between the producer and the upload (4 MiB). With 4, on two cores, each step
+/// Chunks in flight between the producer and the upload. With 4, on two cores, each step
 /// of the stream waited on the next in turn and a fifth of the machine stood idle while the rows
 /// streamed (measured with `perf record -a`, issue 34).
 const CHUNKS_IN_FLIGHT: usize = 16;
@@ -824,8 +824,8 @@ pub fn produce(source: &Source, plan: Plan) -> Reading {
 }
 
 /// Starts reading a part's snapshot ahead of its turn, on the worker's spare connection: the
-/// database finds and sorts its rows while the part before it streams, and its chunks wait, a
-/// few in flight, until the attempt stages them. `None` when the spare is taken (by another
+/// database finds and sorts its rows while the part before it streams, and its chunks wait,
+/// [`CHUNKS_IN_FLIGHT`] of them, until the attempt stages them. `None` when the spare is taken (by another
 /// job's read ahead or count) or no connection is idle, and on SQLite, whose part is read in
 /// one step.
 pub fn produce_ahead(source: &Source, plan: Plan) -> Option<Reading> {
@@ -1132,8 +1132,7 @@ async fn copy_rows<W: RowEncoder>(
 /// Bytes of a COPY stream gathered before they are handed to the encoding thread.
 const BATCH_BYTES: usize = 256 * 1024;
 
-/// Batches in flight between the connection and the encoding thread (4 MiB; see
-/// [`CHUNKS_IN_FLIGHT`]).
+/// Batches in flight between the connection and the encoding thread (see [`CHUNKS_IN_FLIGHT`]).
 const BATCHES_IN_FLIGHT: usize = 16;
 
 /// What the encoding thread needs of a plan: the file's columns, the fields after them, where
