@@ -24,6 +24,7 @@ mod m20261206_000016_import_defaults;
 mod m20261206_000017_oidc_users;
 mod m20261207_000018_schedules;
 mod m20261207_000019_notifications;
+mod m20261207_000020_part_ends_from_the_index;
 
 /// A customer's key in its tenant (SPEC §10): the email trimmed and lower-cased, computed here
 /// and never by the database, whose `lower()` differs between backends. The migration that
@@ -58,6 +59,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000017_oidc_users::Migration),
             Box::new(m20261207_000018_schedules::Migration),
             Box::new(m20261207_000019_notifications::Migration),
+            Box::new(m20261207_000020_part_ends_from_the_index::Migration),
         ]
     }
 }

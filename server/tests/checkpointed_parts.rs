@@ -250,6 +250,33 @@ async fn on_postgresql_a_part_read_ahead_blocked_on_a_lock_held_from_psql_ends_w
     app.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgresql_a_parts_last_key_is_found_in_the_demo_index_without_reading_the_table() {
+    use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
+    let app = TestApp::start(Options { worker: false, ..options(Backend::Postgres) }).await;
+    // As autovacuum leaves a table whose rows have not changed since: every page all-visible.
+    app.exec("VACUUM ANALYZE orders").await;
+    let (first, last) = (app.scalar("SELECT MIN(id) FROM orders WHERE tenant_id = 'ten_acme'").await, app.scalar("SELECT MAX(id) FROM orders WHERE tenant_id = 'ten_acme'").await);
+    // A part's end, in the form `Plan::part_end_sql` writes (its unit test pins the text): the
+    // 500th of the tenant's keys after the part before's last, in the request's time, up to the
+    // export's highest key. A table this small is read whole by choice; the scans that read the table
+    // whole are left out so that the plan shows which index serves the query.
+    let query = format!(
+        "SELECT CAST((o.id) AS BIGINT) FROM orders o WHERE (o.tenant_id) = E'ten_acme' AND (o.placed_at) >= 0 \
+         AND (o.placed_at) < 9000000000000000 AND (o.id) > {} AND (o.id) <= {last} ORDER BY o.id ASC LIMIT 1 OFFSET 499",
+        first + 10
+    );
+    let txn = app.db.begin().await.unwrap();
+    txn.execute_unprepared("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off").await.unwrap();
+    let rows = txn.query_all_raw(Statement::from_string(sea_orm::DbBackend::Postgres, format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {query}"))).await.unwrap();
+    let plan: Vec<String> = rows.iter().map(|r| r.try_get_by_index::<String>(0).unwrap()).collect();
+    let plan = plan.join("\n");
+    txn.rollback().await.unwrap();
+    assert!(plan.contains("Index Only Scan using orders_tenant_key on orders"), "{plan}");
+    assert!(plan.contains("Heap Fetches: 0"), "no row read from the table: {plan}");
+    app.stop().await;
+}
+
 on_both_backends!(a_store_outage_during_part_3_waits_to_retry_and_resumes_at_part_3_not_at_part_1, |backend| {
     let app = TestApp::start(Options { adjust: |c| { c.part_rows = 500; c.max_attempts = 20; }, ..options(backend) }).await;
     let bob = app.login("bob@acme.test").await;
