@@ -251,21 +251,27 @@ async fn on_postgresql_a_part_read_ahead_blocked_on_a_lock_held_from_psql_ends_w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn on_postgresql_a_parts_last_key_is_found_in_the_demo_index_without_reading_the_table() {
+async fn on_postgresql_the_demo_index_alone_can_find_a_parts_last_key() {
+    use exportd::worker::snapshot::{KeyRange, Plan};
     use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
     let app = TestApp::start(Options { worker: false, ..options(Backend::Postgres) }).await;
     // As autovacuum leaves a table whose rows have not changed since: every page all-visible.
     app.exec("VACUUM ANALYZE orders").await;
     let (first, last) = (app.scalar("SELECT MIN(id) FROM orders WHERE tenant_id = 'ten_acme'").await, app.scalar("SELECT MAX(id) FROM orders WHERE tenant_id = 'ten_acme'").await);
-    // A part's end, in the form `Plan::part_end_sql` writes (its unit test pins the text): the
-    // 500th of the tenant's keys after the part before's last, in the request's time, up to the
-    // export's highest key. A table this small is read whole by choice; the scans that read the table
-    // whole are left out so that the plan shows which index serves the query.
-    let query = format!(
-        "SELECT CAST((o.id) AS BIGINT) FROM orders o WHERE (o.tenant_id) = E'ten_acme' AND (o.placed_at) >= 0 \
-         AND (o.placed_at) < 9000000000000000 AND (o.id) > {} AND (o.id) <= {last} ORDER BY o.id ASC LIMIT 1 OFFSET 499",
-        first + 10
-    );
+    // The query a worker asks for a part's end: the 500th of the tenant's keys after the part
+    // before's last, in the request's time, up to the export's highest key.
+    let catalog = exportd::catalog::Catalog::demo().unwrap();
+    let resolved = app::ResolvedContract {
+        from: "1970-01-01T00:00:00Z".into(),
+        to: "2100-01-01T00:00:00Z".into(),
+        timezone: "UTC".into(),
+        columns: vec!["order_id".into(), "customer_name".into(), "total".into()],
+        deployment: "ksa".into(),
+    };
+    let plan = Plan::new(catalog.report("orders").unwrap(), &app::ExportRequest::new("orders"), &resolved, "ten_acme", sea_orm::DbBackend::Postgres).unwrap();
+    let query = plan.part(KeyRange { after: Some(first + 10), max_key: last, limit: 500 }).part_end_sql().unwrap();
+    // A table this small is read whole by choice: with the scans that read the whole table
+    // switched off, the plan shows whether an index alone can serve the query.
     let txn = app.db.begin().await.unwrap();
     txn.execute_unprepared("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off").await.unwrap();
     let rows = txn.query_all_raw(Statement::from_string(sea_orm::DbBackend::Postgres, format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {query}"))).await.unwrap();
