@@ -275,11 +275,11 @@ async fn on_postgresql_the_demo_index_alone_can_find_a_parts_last_key() {
     let txn = app.db.begin().await.unwrap();
     txn.execute_unprepared("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off").await.unwrap();
     let rows = txn.query_all_raw(Statement::from_string(sea_orm::DbBackend::Postgres, format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {query}"))).await.unwrap();
-    let plan: Vec<String> = rows.iter().map(|r| r.try_get_by_index::<String>(0).unwrap()).collect();
-    let plan = plan.join("\n");
+    let explained: Vec<String> = rows.iter().map(|r| r.try_get_by_index::<String>(0).unwrap()).collect();
+    let explained = explained.join("\n");
     txn.rollback().await.unwrap();
-    assert!(plan.contains("Index Only Scan using orders_tenant_key on orders"), "{plan}");
-    assert!(plan.contains("Heap Fetches: 0"), "no row read from the table: {plan}");
+    assert!(explained.contains("Index Only Scan using orders_tenant_key on orders"), "{explained}");
+    assert!(explained.contains("Heap Fetches: 0"), "no row read from the table: {explained}");
     app.stop().await;
 }
 

@@ -431,12 +431,10 @@ impl Plan {
         self.query(&self.select.join(", "), Some(format!("({}) <= {end}", self.key)), true, None)
     }
 
-    /// The part's rows read in one step, without their end found first (SQLite): the next
-    /// part-size rows in key order, up to the export's highest key.
-    pub fn next_part_rows_sql(&self) -> String {
-        let range = self.part.map(|r| (r.max_key, r.limit));
-        let (max_key, limit) = range.unwrap_or((i64::MAX, 0));
-        self.query(&self.select.join(", "), Some(format!("({}) <= {max_key}", self.key)), true, range.map(|_| (limit, 0)))
+    /// The rows of `range` (the part this plan was made for) read in one step, without their
+    /// end found first (SQLite): the next `range.limit` rows in key order, up to its highest key.
+    pub fn next_part_rows_sql(&self, range: KeyRange) -> String {
+        self.query(&self.select.join(", "), Some(format!("({}) <= {}", self.key, range.max_key)), true, Some((range.limit, 0)))
     }
 
     /// The query that gives the highest key and the number of the export's rows, in one
@@ -1485,7 +1483,7 @@ fn produce_sqlite(
         // last when fewer rows than a part are left, or the last read ends at that key.
         Some(range) => {
             let read_at = conn.query_row(&format!("SELECT {} FROM sqlite_schema LIMIT 1", crate::db::now_ms_sql(DbBackend::Sqlite)), [], |r| r.get(0))?;
-            (Some(read_at), plan.next_part_rows_sql(), Some(range.max_key))
+            (Some(read_at), plan.next_part_rows_sql(range), Some(range.max_key))
         }
         None => {
             let total = count_sqlite(&conn, &plan.count_sql(), plan.params())?;
@@ -1798,7 +1796,7 @@ filters = [
             format!("SELECT CAST((o.id) AS BIGINT), CAST((c.name) AS TEXT), CAST((o.id) AS BIGINT) {from} AND (o.id) <= 4321 ORDER BY o.id ASC")
         );
         assert_eq!(
-            part.next_part_rows_sql(),
+            part.next_part_rows_sql(KeyRange { after: Some(1000), max_key: 9000, limit: 500 }),
             format!("SELECT CAST((o.id) AS BIGINT), CAST((c.name) AS TEXT), CAST((o.id) AS BIGINT) {from} AND (o.id) <= 9000 ORDER BY o.id ASC LIMIT 500"),
             "read in one step, the part is cut at its size"
         );
