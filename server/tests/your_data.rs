@@ -87,16 +87,19 @@ const ROW_20: &str = "20,عيادة النور,,,2026-03-02T08:15:00Z,1250,JPY,,
 const ROW_30: &str = "30,'=Clinic,'+966501234567,2026-03-03,2026-03-03T23:59:59Z,-0.005,KWD,0.50,false";
 
 async fn app_with_visits(backend: Backend) -> TestApp {
-    let app = TestApp::start(support::Options {
-        worker: true,
-        orders: 5,
-        adjust: |config| {
+    app_with_visits_under(
+        backend,
+        |config| {
             config.catalog = TEST_CATALOG.clone();
             config.part_rows = 2;
         },
-        ..support::Options::new(backend)
-    })
-    .await;
+    )
+    .await
+}
+
+/// [`app_with_visits`], its configuration set by `adjust`.
+async fn app_with_visits_under(backend: Backend, adjust: fn(&mut exportd::config::Config)) -> TestApp {
+    let app = TestApp::start(support::Options { worker: true, orders: 5, adjust, ..support::Options::new(backend) }).await;
     for statement in schema(backend).into_iter().map(str::to_owned).chain(rows(backend)) {
         app.exec(&statement).await;
     }
@@ -192,4 +195,43 @@ on_both_backends!(a_catalog_report_is_validated_and_authorised_by_its_own_declar
     let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
     let digest = TEST_CATALOG.report("visits").unwrap().digest();
     assert_eq!(app.scalar(&format!("SELECT COUNT(*) FROM jobs WHERE id = '{id}' AND schema_digest = '{digest}'")).await, 1);
+});
+
+/// The report joined to each visit's tags as well: a visit with two tags is two rows of one key,
+/// which the catalog's key promises never happens.
+static TAGGED: LazyLock<Arc<Catalog>> = LazyLock::new(|| {
+    let tagged = CATALOG.replace("AND k.id = v.clinic_id\"", "AND k.id = v.clinic_id JOIN visit_tags t ON t.visit_id = v.id\"");
+    assert_ne!(tagged, CATALOG, "the report's join is where this test expects it");
+    Arc::new(exportd::catalog::parse("tagged.toml", &tagged).expect("the test's catalog reads"))
+});
+
+on_both_backends!(a_checkpointed_export_whose_join_repeats_a_key_fails_as_invalid_data_instead_of_writing_or_losing_the_row, |backend| {
+    let app = app_with_visits_under(backend, |config| {
+        config.catalog = TAGGED.clone();
+        config.part_rows = 2;
+    })
+    .await;
+    app.exec("CREATE TABLE visit_tags (visit_id BIGINT NOT NULL, tag TEXT NOT NULL)").await;
+    let alice = app.login("alice@acme.test").await;
+    let march = json!({"from": "2026-03-01", "to": "2026-03-31"});
+    // March's visits are 10, 20 and 30, read in parts of two: 10 and 20, then 30. A second tag on
+    // 30 repeats the last part's key; on 20 it repeats part 1's last key across its end, where
+    // the next part (keys above 20) would lose it.
+    for (repeated, key) in [(30, "in-the-last-part"), (20, "across-a-parts-end")] {
+        app.exec("DELETE FROM visit_tags").await;
+        app.exec(&format!("INSERT INTO visit_tags VALUES (10, 'a'), (20, 'a'), (30, 'a'), ({repeated}, 'b')")).await;
+        let resp = app.create(&alice, key, &json!({"report": "visits", "time_range": march, "consistency": "checkpointed"})).await;
+        assert_eq!(resp.status(), 202, "{}", resp.text().await.unwrap_or_default());
+        let id = resp.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+        let done = app.wait_terminal(&alice, &id, Duration::from_secs(30)).await;
+        assert_eq!(done["status"], "failed", "visit {repeated} twice: {done}");
+        assert_eq!(done["error"]["code"], "invalid_data", "{done}");
+        assert_eq!(done["error"]["retryable"], false, "{done}");
+        let download = alice.get(app.url(&format!("/api/exports/{id}/download"))).send().await.unwrap();
+        assert_ne!(download.status(), 303, "no bundle of a failed export");
+    }
+    // With one tag a visit, the same export is ready: the refusal was the repeat's.
+    app.exec("DELETE FROM visit_tags WHERE tag = 'b'").await;
+    let first = export_as(&app, &alice, "one-tag-each", json!({"report": "visits", "time_range": march, "consistency": "checkpointed"}), "/parts/1/download").await;
+    assert_eq!(lines(&first), vec![HEADER, ROW_10, ROW_20]);
 });

@@ -432,9 +432,10 @@ impl Plan {
     }
 
     /// The rows of `range` (the part this plan was made for) read in one step, without their
-    /// end found first (SQLite): the next `range.limit` rows in key order, up to its highest key.
+    /// end found first (SQLite): the next `range.limit` rows in key order, up to its highest key,
+    /// and one more, which is not written: it shows a key repeated across the part's end.
     pub fn next_part_rows_sql(&self, range: KeyRange) -> String {
-        self.query(&self.select.join(", "), Some(format!("({}) <= {}", self.key, range.max_key)), true, Some((range.limit, 0)))
+        self.query(&self.select.join(", "), Some(format!("({}) <= {}", self.key, range.max_key)), true, Some((range.limit.saturating_add(1), 0)))
     }
 
     /// The query that gives the highest key and the number of the export's rows, in one
@@ -1167,7 +1168,7 @@ fn encode_rows<W: RowEncoder>(shape: &RowShape, (mut raw, batches): (mpsc::Recei
         while let Some(tuple) = decoder.next_tuple()? {
             write_fields(&shape.columns, shape.extra, shape.utf8, &tuple, &mut out.file)?;
             if let Some(at) = shape.key_at {
-                keys.saw(key_field(&tuple, at)?);
+                keys.saw(key_field(&tuple, at)?)?;
             }
             out.row_done()?;
         }
@@ -1247,9 +1248,24 @@ struct Keys {
 }
 
 impl Keys {
-    fn saw(&mut self, key: i64) {
+    /// Notes the next row's key. A key not above the one before it fails the part: the rows come
+    /// in key order, so it is a key that names more than one row (a report's join that repeats
+    /// a row), which a part cut by key would otherwise write twice or lose at its end.
+    fn saw(&mut self, key: i64) -> Result<(), SnapshotError> {
+        self.may_follow(key)?;
         self.first.get_or_insert(key);
         self.last = Some(key);
+        Ok(())
+    }
+
+    /// Whether a row with `key` may follow the rows seen so far (see [`Keys::saw`]).
+    fn may_follow(&self, key: i64) -> Result<(), SnapshotError> {
+        match self.last {
+            Some(last) if key <= last => Err(SnapshotError::Data(format!(
+                "a row's key {key} is not above the key before it ({last}): a report's key must name one row, and this report's join gives a key more than once"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn part(&self, read_at: i64, last: bool) -> Produced {
@@ -1516,10 +1532,17 @@ fn step_rows<W: RowEncoder>(
     tx: &mpsc::Sender<Produced>,
 ) -> Result<Chunker<W>, SnapshotError> {
     let mut keys = Keys::default();
+    let limit = plan.part.map(|range| i64::try_from(range.limit).unwrap_or(i64::MAX));
     let mut statement = conn.prepare(rows_sql)?;
     bind_sqlite(&mut statement, plan.params())?;
     let mut rows = statement.raw_query();
     while let Some(row) = rows.next()? {
+        if limit.is_some_and(|limit| out.rows >= limit) {
+            // The row after a full part is read only to see that it does not repeat the part's
+            // last key, whose second row the next part (keys above it) would otherwise lose.
+            keys.may_follow(row.get::<_, i64>(plan.select.len() - 1)?)?;
+            break;
+        }
         for (i, column) in plan.columns.iter().enumerate() {
             let currency = match column.read {
                 Read::Money(Some(at)) => Some(row.get_ref(at)?),
@@ -1528,7 +1551,7 @@ fn step_rows<W: RowEncoder>(
             write_sqlite(column, row.get_ref(i)?, currency, &mut out.file)?;
         }
         if plan.part.is_some() {
-            keys.saw(row.get::<_, i64>(plan.select.len() - 1)?);
+            keys.saw(row.get::<_, i64>(plan.select.len() - 1)?)?;
         }
         out.row_done()?;
         for chunk in out.ready.drain(..) {
@@ -1536,8 +1559,7 @@ fn step_rows<W: RowEncoder>(
         }
     }
     if let Some(read_at) = read_at {
-        let limit = plan.part.map_or(0, |r| r.limit);
-        let last = out.rows < limit as i64 || keys.last.is_none() || keys.last >= max_key;
+        let last = limit.is_none_or(|limit| out.rows < limit) || keys.last.is_none() || keys.last >= max_key;
         tx.blocking_send(keys.part(read_at, last)).map_err(|_| Stopped)?;
     }
     drop(rows);
@@ -1797,8 +1819,8 @@ filters = [
         );
         assert_eq!(
             part.next_part_rows_sql(KeyRange { after: Some(1000), max_key: 9000, limit: 500 }),
-            format!("SELECT CAST((o.id) AS BIGINT), CAST((c.name) AS TEXT), CAST((o.id) AS BIGINT) {from} AND (o.id) <= 9000 ORDER BY o.id ASC LIMIT 500"),
-            "read in one step, the part is cut at its size"
+            format!("SELECT CAST((o.id) AS BIGINT), CAST((c.name) AS TEXT), CAST((o.id) AS BIGINT) {from} AND (o.id) <= 9000 ORDER BY o.id ASC LIMIT 501"),
+            "read in one step, the part is cut at its size, with the row after it to see its key is not repeated"
         );
         assert!(plan.part_end_sql().is_none(), "a whole export has no part end");
         let first = plan.part(KeyRange { after: None, max_key: 9000, limit: 500 });
