@@ -425,8 +425,8 @@ impl Plan {
     /// part's rows and no more, and a `LIMIT` made the planner pick a plan that stops early (a
     /// customer looked up per row in key order) when it guessed more rows in the range than
     /// there are, another tenant's keys among them: 6.6 s for a part of 1M where the join and
-    /// sort take 2.5 s. A join that repeats a row then shows as a part with too many rows
-    /// (`invalid_data`), not as rows cut off at the limit.
+    /// sort take 2.5 s. A join that repeats a key fails the part (`invalid_data`: [`Keys::saw`])
+    /// instead of having its rows cut off at the limit.
     pub fn part_rows_sql(&self, end: i64) -> String {
         self.query(&self.select.join(", "), Some(format!("({}) <= {end}", self.key)), true, None)
     }
@@ -435,7 +435,7 @@ impl Plan {
     /// end found first (SQLite): the next `range.limit` rows in key order, up to its highest key,
     /// and one more, which is not written: it shows a key repeated across the part's end.
     pub fn next_part_rows_sql(&self, range: KeyRange) -> String {
-        self.query(&self.select.join(", "), Some(format!("({}) <= {}", self.key, range.max_key)), true, Some((range.limit.saturating_add(1), 0)))
+        self.query(&self.select.join(", "), Some(format!("({}) <= {}", self.key, range.max_key)), true, Some((range.limit.saturating_add(1).min(i64::MAX as u64), 0)))
     }
 
     /// The query that gives the highest key and the number of the export's rows, in one
