@@ -252,7 +252,7 @@ async fn on_postgresql_a_part_read_ahead_blocked_on_a_lock_held_from_psql_ends_w
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_postgresql_the_demo_index_alone_can_find_a_parts_last_key() {
-    use exportd::worker::snapshot::{KeyRange, Plan};
+    use exportd::worker::snapshot::{KeyRange, PartOrder, Plan};
     use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
     let app = TestApp::start(Options { worker: false, ..options(Backend::Postgres) }).await;
     // As autovacuum leaves a table whose rows have not changed since: every page all-visible.
@@ -269,7 +269,7 @@ async fn on_postgresql_the_demo_index_alone_can_find_a_parts_last_key() {
         deployment: "ksa".into(),
     };
     let plan = Plan::new(catalog.report("orders").unwrap(), &app::ExportRequest::new("orders"), &resolved, "ten_acme", sea_orm::DbBackend::Postgres).unwrap();
-    let query = plan.part(KeyRange { after: Some(first + 10), max_key: last, limit: 500 }).part_end_sql().unwrap();
+    let query = plan.part(KeyRange { after: Some(first + 10), max_key: last, limit: 500 }, PartOrder::Checked).part_end_sql().unwrap();
     // A table this small is read whole by choice: with the scans that read the whole table
     // switched off, the plan shows whether an index alone can serve the query.
     let txn = app.db.begin().await.unwrap();

@@ -240,3 +240,26 @@ on_both_backends!(a_checkpointed_export_whose_join_repeats_a_key_fails_as_invali
     let second = export_as(&app, &alice, "one-tag-each", parts, "/parts/2/download").await;
     assert_eq!(lines(&second), vec![HEADER, ROW_30]);
 });
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgresql_a_part_whose_rows_the_database_gives_out_of_key_order_is_read_again_sorted() {
+    let app = app_with_visits(Backend::Postgres).await;
+    // Visit 5, stored after the others: a table this small is read whole, in the order its rows
+    // are stored, so part 1 (visits 5 and 10, asked for unsorted) comes as 10, then 5.
+    app.exec("INSERT INTO visits VALUES (5, 'org-a', 1, 'early', '2026-03-01', '2026-03-01T08:00:00Z', 100, 'SAR', 1, TRUE)").await;
+    let again = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = again.clone();
+    fail::cfg_callback(app.fault("part_out_of_key_order"), move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    })
+    .unwrap();
+    let alice = app.login("alice@acme.test").await;
+    let parts = json!({"report": "visits", "time_range": {"from": "2026-03-01", "to": "2026-03-31"}, "consistency": "checkpointed"});
+    let first = export_as(&app, &alice, "out-of-order", parts.clone(), "/parts/1/download").await;
+    assert_eq!(lines(&first), vec![HEADER, "5,عيادة النور,early,2026-03-01,2026-03-01T08:00:00Z,1.00,SAR,1.00,true", ROW_10], "part 1 in key order");
+    let second = export_as(&app, &alice, "out-of-order", parts, "/parts/2/download").await;
+    assert_eq!(lines(&second), vec![HEADER, ROW_20, ROW_30]);
+    assert_eq!(again.load(std::sync::atomic::Ordering::SeqCst), 1, "part 1 was read again, sorted, and part 2 asked for sorted at once");
+    fail::remove(app.fault("part_out_of_key_order"));
+    app.stop().await;
+}

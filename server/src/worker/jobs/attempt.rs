@@ -29,6 +29,9 @@ pub(super) enum Stop {
     Stalled,
     /// The process is shutting down before anything was published.
     Shutdown,
+    /// A part's rows, asked for without a sort, came out of key order: the part is read again,
+    /// sorted (`export_parts`). Anywhere else it is a defect.
+    OutOfKeyOrder(String),
 }
 
 impl Stop {
@@ -46,7 +49,9 @@ impl Stop {
     }
 
     pub(super) fn snapshot(e: SnapshotError) -> Stop {
-        if e.is_permanent() {
+        if let SnapshotError::OutOfOrder(detail) = e {
+            Stop::OutOfKeyOrder(detail)
+        } else if e.is_permanent() {
             Stop::invalid_data(e)
         } else {
             Stop::internal(e)
@@ -137,6 +142,7 @@ pub(super) async fn end(ctx: &WorkerContext, job: &jobs::Model, result: Result<B
         Err(Stop::Shutdown) => transitions::hand_back(&ctx.db, job, by).await,
         Err(Stop::Revoked) => fail(ctx, job, Failure::PERMISSION_REVOKED, "the actor is no longer authorised").await,
         Err(Stop::Failed { failure, detail }) => fail(ctx, job, failure, &detail).await,
+        Err(Stop::OutOfKeyOrder(detail)) => fail(ctx, job, Failure::INTERNAL, &detail).await,
     };
     match ended {
         Ok(Outcome::Moved(row)) => tracing::info!(job = %job.id, generation = job.generation, status = %row.status, "attempt ended"),

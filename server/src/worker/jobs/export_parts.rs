@@ -21,7 +21,7 @@ use crate::job_store::transitions::{self, Artifact};
 use crate::job_store::Mover;
 use crate::storage::{manifest_key, part_key, staging_part_key};
 use crate::file_type::FileType;
-use crate::worker::snapshot::{self, KeyRange, PartEnd, Plan, Reading};
+use crate::worker::snapshot::{self, KeyRange, PartEnd, PartOrder, Plan, Reading};
 use app::{ExportRequest, ResolvedContract};
 use sha2::{Digest, Sha256};
 
@@ -49,6 +49,9 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
     let mut more = !parts.last().is_some_and(|last| last.last);
     let mut pending: Option<StagedPart> = None;
     let mut ahead: Option<ReadAhead> = None;
+    // Parts are asked for unsorted, their key order checked, until one comes out of order.
+    let sorted = std::sync::atomic::AtomicBool::new(false);
+    let order = || if sorted.load(std::sync::atomic::Ordering::Relaxed) { PartOrder::Sorted } else { PartOrder::Checked };
     while more || pending.is_some() {
         a.checkpoint()?;
         let index = parts.len() as i32 + 1 + i32::from(pending.is_some());
@@ -68,7 +71,7 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
                     drop(other);
                     // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
                     a.authorised(permission).await?;
-                    snapshot::produce(&a.ctx.snapshots, plan.part(range))
+                    snapshot::produce(&a.ctx.snapshots, plan.part(range, order()))
                 }
             };
             let part_end = reading.part_end.take();
@@ -84,12 +87,28 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
                 a.authorised(permission).await?;
                 a.fault("before_part_read_ahead")?;
                 let after = Some(end);
-                let Some(reading) = snapshot::produce_ahead(&a.ctx.snapshots, plan.part(KeyRange { after, ..range })) else { return Ok(None) };
+                let Some(reading) = snapshot::produce_ahead(&a.ctx.snapshots, plan.part(KeyRange { after, ..range }, order())) else { return Ok(None) };
                 a.fault("part_read_ahead")?;
                 Ok(Some(ReadAhead { after, reading }))
             };
             let staging = staging_part_key(&job.id, job.generation, index);
-            let (staged, mut read_ahead) = tokio::try_join!(a.stage(reading, &staging, compression, rows_before), read_ahead)?;
+            let (staged, mut read_ahead) = match tokio::try_join!(a.stage(reading, &staging, compression, rows_before), read_ahead) {
+                Err(Stop::OutOfKeyOrder(detail)) => {
+                    // The plan did not keep the key's order (its staging was discarded, the read
+                    // ahead with it): this part again, sorted, and every part after it.
+                    tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, part = index, detail, "a part's rows came out of key order; reading it again, sorted");
+                    sorted.store(true, std::sync::atomic::Ordering::Relaxed);
+                    a.fault("part_out_of_key_order")?;
+                    a.authorised(permission).await?;
+                    let reading = snapshot::produce(&a.ctx.snapshots, plan.part(range, PartOrder::Sorted));
+                    let staged = a.stage(reading, &staging, compression, rows_before).await.map_err(|stop| match stop {
+                        Stop::OutOfKeyOrder(detail) => Stop::invalid_data(detail),
+                        stop => stop,
+                    })?;
+                    (staged, None)
+                }
+                joined => joined?,
+            };
             if let Some(ahead) = &mut read_ahead {
                 // This part's read has ended: the one begun ahead is the job's only read now.
                 ahead.reading.producer.now_the_jobs_own();

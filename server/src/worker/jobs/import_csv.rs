@@ -508,7 +508,7 @@ fn ends_for_good(stop: &Stop, job: &jobs::Model, max_attempts: i32) -> bool {
     match stop {
         Stop::CancelRequested | Stop::Revoked => true,
         Stop::Failed { failure, .. } => !failure.transient || job.attempt >= max_attempts,
-        Stop::Stalled => job.attempt >= max_attempts,
+        Stop::Stalled | Stop::OutOfKeyOrder(_) => job.attempt >= max_attempts,
         Stop::Lost | Stop::Shutdown => false,
     }
 }
