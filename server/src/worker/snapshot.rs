@@ -442,7 +442,8 @@ impl Plan {
     }
 
     /// A part's rows up to `end`, its last key found in the same snapshot (or the export's
-    /// highest key when fewer rows are left), in key order. No `LIMIT`: the range holds the
+    /// highest key when fewer rows are left), in key order: sorted, or asked for unsorted and
+    /// checked ([`PartOrder`]). No `LIMIT`: the range holds the
     /// part's rows and no more, and a `LIMIT` made the planner pick a plan that stops early (a
     /// customer looked up per row in key order) when it guessed more rows in the range than
     /// there are, another tenant's keys among them: 6.6 s for a part of 1M where the join and
@@ -780,16 +781,17 @@ pub struct Producer {
     handle: Option<tokio::task::JoinHandle<Result<(), SnapshotError>>>,
     interrupt: Interrupt,
     /// For a read begun ahead ([`produce_ahead`]): the worker's spare, held until the job's
-    /// read before it has ended ([`Producer::now_the_jobs_own`]) or this read has (a stopped
+    /// read before it has ended ([`Producer::take_spare`]) or this read has (a stopped
     /// one: after its connection is let go).
     spare: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Producer {
-    /// A read begun ahead whose job's read before it has ended: its connection is the job's
-    /// own now, and the spare goes back for any job to borrow.
-    pub fn now_the_jobs_own(&mut self) {
-        self.spare = None;
+    /// The worker's spare of a read begun ahead, taken out to be let go once the job's read
+    /// before it has ended: its connection is the job's own then, and the spare goes back for
+    /// any job to borrow.
+    pub fn take_spare(&mut self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.spare.take()
     }
 
     /// The read's result, once it has ended by itself. A wait dropped before then (the attempt
@@ -861,9 +863,9 @@ pub fn produce(source: &Source, plan: Plan) -> Reading {
     produce_on(source, plan, None)
 }
 
-/// Starts reading a part's snapshot ahead of its turn, on the worker's spare connection: the
-/// database finds and sorts its rows while the part before it streams, and its chunks wait,
-/// [`CHUNKS_IN_FLIGHT`] of them, until the attempt stages them. `None` when the spare is taken (by another
+/// Starts reading a part's snapshot ahead of its turn, on the worker's spare connection: its
+/// rows stream (into their own staging upload, [`CHUNKS_IN_FLIGHT`] chunks at most in flight)
+/// while the part before it streams. `None` when the spare is taken (by another
 /// job's read ahead or count) or no connection is idle, and on SQLite, whose part is read in
 /// one step.
 pub fn produce_ahead(source: &Source, plan: Plan) -> Option<Reading> {
@@ -1077,7 +1079,13 @@ async fn read_postgres(
             if plan.part_checked() {
                 // One process, so that the rows come in the order its plan reads them; its hash
                 // table may take what a parallel plan's processes would have shared.
-                sqlx::query("SELECT set_config('hash_mem_multiplier', LEAST(1000, current_setting('hash_mem_multiplier')::float8 * (1 + current_setting('max_parallel_workers_per_gather')::int))::text, true)")
+                // (PostgreSQL 13 and later: before it a hash had `work_mem` alone, and a part
+                // whose hash spills is read again sorted.)
+                sqlx::query(
+                    "SELECT set_config('hash_mem_multiplier', LEAST(1000, current_setting('hash_mem_multiplier')::float8 \
+                     * (1 + LEAST(current_setting('max_parallel_workers_per_gather')::int, current_setting('max_parallel_workers')::int)))::text, true) \
+                     WHERE current_setting('hash_mem_multiplier', true) IS NOT NULL",
+                )
                     .execute(&mut *conn)
                     .await?;
                 sqlx::query("SET LOCAL max_parallel_workers_per_gather = 0").execute(&mut *conn).await?;
@@ -1872,7 +1880,7 @@ filters = [
     }
 
     #[test]
-    fn a_key_repeated_is_the_datas_fault_and_a_lower_key_is_the_orders() {
+    fn a_repeated_key_is_the_datas_fault_and_a_lower_key_means_the_rows_came_out_of_order() {
         let mut keys = Keys::default();
         keys.saw(5).unwrap();
         keys.saw(9).unwrap();

@@ -81,8 +81,9 @@ impl Attempt<'_> {
 
     /// Streams a read's rows (begun by [`crate::worker::snapshot::produce`]), compressed as asked, into a
     /// staging upload at `key`, and completes it; an upload that does not complete is aborted.
-    /// `rows_before`: the rows already written by earlier parts, for the progress.
-    pub(super) async fn stage(&self, reading: Reading, key: &Path, compression: Compression, rows_before: i64) -> Result<Staged, Stop> {
+    /// `rows_before`: the rows already written by earlier parts, for the progress; `None` for a
+    /// part streaming beside the one that reports it.
+    pub(super) async fn stage(&self, reading: Reading, key: &Path, compression: Compression, rows_before: Option<i64>) -> Result<Staged, Stop> {
         let ticker = self.lease.ticker();
         let mut upload = self.store.stage(key, std::sync::Arc::new(move || ticker.tick()));
         let staged = match self.stream(reading, &mut upload, compression, rows_before).await {
@@ -151,7 +152,7 @@ impl Attempt<'_> {
     /// Streams the snapshot as CSV into the upload, hashing and counting as it goes. A stop (a
     /// cancel, a lost lease, a stall, a shutdown) ends it wherever it waits, cancelling the
     /// snapshot's query if the database is still running it.
-    async fn stream(&self, reading: Reading, upload: &mut StagingUpload, compression: Compression, rows_before: i64) -> Result<Staged, Stop> {
+    async fn stream(&self, reading: Reading, upload: &mut StagingUpload, compression: Compression, rows_before: Option<i64>) -> Result<Staged, Stop> {
         let Reading { mut produced, producer, spares, .. } = reading;
         let mut hasher = Sha256::new();
         let mut crc = crc32fast::Hasher::new();
@@ -180,7 +181,10 @@ impl Attempt<'_> {
                         spares.give_back(csv);
                         self.fault("each_chunk")?;
                         rows = written;
-                        self.lease.wrote(rows_before + rows);
+                        match rows_before {
+                            Some(before) => self.lease.wrote(before + rows),
+                            None => self.lease.ticker().tick(),
+                        }
                         self.checkpoint()?;
                         if first_chunk {
                             first_chunk = false;

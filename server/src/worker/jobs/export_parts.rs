@@ -21,7 +21,7 @@ use crate::job_store::transitions::{self, Artifact};
 use crate::job_store::Mover;
 use crate::storage::{manifest_key, part_key, staging_part_key};
 use crate::file_type::FileType;
-use crate::worker::snapshot::{self, KeyRange, PartEnd, PartOrder, Plan, Reading};
+use crate::worker::snapshot::{self, KeyRange, PartEnd, PartOrder, Plan};
 use app::{ExportRequest, ResolvedContract};
 use sha2::{Digest, Sha256};
 
@@ -39,113 +39,125 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
         tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, parts = parts.len(), "resuming after the last checkpointed part");
     }
     let (compression, file) = (request.options.compression, FileType::of(request));
-    // Three steps at once: part n+1 streams from the database while part n is checked,
-    // published, made durable and checkpointed, so the database never waits for the store; and
-    // once part n+1's snapshot has found its last key, part n+2's read begins in a snapshot of
-    // its own on the worker's spare connection (one job's at a time), so its rows are found and
-    // sorted while part n+1 streams.
-    // Checkpoints stay in order: part n+1 is checkpointed only after part n, in the next round.
-    let mut last_key = parts.last().and_then(|p| p.last_key);
-    let mut more = !parts.last().is_some_and(|last| last.last);
-    let mut pending: Option<StagedPart> = None;
-    let mut ahead: Option<ReadAhead> = None;
+    // Three steps at once: part n is checked, published, made durable and checkpointed while
+    // parts n+1 and n+2 stream from the database, each from its own snapshot into its own
+    // staging upload. Part n+2's read begins as soon as part n+1's snapshot has found its last
+    // key, on the worker's spare connection (one job's at a time; with the spare taken it waits
+    // for part n+1's read to end), so two database processes and the worker's encoding keep
+    // both cores busy (a part streams from one database process: [`PartOrder::Checked`]).
+    // At most two parts are begun and not yet being finished; checkpoints stay in order.
+    let last_key = parts.last().and_then(|p| p.last_key);
+    // Where the next part begins, once known: after the last checkpointed key, then after the
+    // end that the last part begun has found.
+    let mut next_after: Option<Option<i64>> = (!parts.last().is_some_and(|last| last.last)).then_some(last_key);
+    let mut next_index = parts.len() as i32 + 1;
+    let mut streaming: std::collections::VecDeque<InFlight<'_>> = std::collections::VecDeque::new();
+    let mut staged: std::collections::VecDeque<StagedPart> = std::collections::VecDeque::new();
+    let mut finishing: Option<Finishing<'_>> = None;
     // Parts are asked for unsorted, their key order checked, until one comes out of order.
-    let sorted = std::sync::atomic::AtomicBool::new(false);
-    let order = || if sorted.load(std::sync::atomic::Ordering::Relaxed) { PartOrder::Sorted } else { PartOrder::Checked };
-    while more || pending.is_some() {
+    let mut order = PartOrder::Checked;
+    // The rows of the parts checkpointed and staged: the export's progress once a part is staged.
+    let mut rows_staged = rows_done;
+    loop {
         a.checkpoint()?;
-        let index = parts.len() as i32 + 1 + i32::from(pending.is_some());
-        let rows_before = rows_done + pending.as_ref().map_or(0, |p| p.staged.rows);
-        let range = KeyRange { after: last_key, max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
-        let begun = ahead.take();
-        let read = async {
-            if !more {
-                return Ok((None, None));
-            }
-            let started = std::time::Instant::now();
-            let mut reading = match begun {
-                // Begun after the same key, and authorised then.
-                Some(begun) if begun.after == last_key => begun.reading,
-                other => {
-                    // A read ahead from another key is stopped now, not when this part is staged.
-                    drop(other);
-                    // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
-                    a.authorised(permission).await?;
-                    snapshot::produce(&a.ctx.snapshots, plan.part(range, order()))
-                }
-            };
-            let part_end = reading.part_end.take();
-            let read_ahead = async {
-                let Some(Ok(PartEnd { end: Some(end), last: false })) = (match part_end {
-                    Some(part_end) => Some(part_end.await),
-                    None => None,
-                }) else {
-                    return Ok(None);
-                };
-                // Begun only while the lease is held and the export authorised.
-                a.checkpoint()?;
-                a.authorised(permission).await?;
+        if let (Some(after), true) = (next_after, streaming.len() + staged.len() < 2) {
+            let range = KeyRange { after, max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
+            // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
+            a.authorised(permission).await?;
+            let begun = if streaming.is_empty() {
+                Some(snapshot::produce(&a.ctx.snapshots, plan.part(range, order)))
+            } else {
                 a.fault("before_part_read_ahead")?;
-                let after = Some(end);
-                let Some(reading) = snapshot::produce_ahead(&a.ctx.snapshots, plan.part(KeyRange { after, ..range }, order())) else { return Ok(None) };
-                a.fault("part_read_ahead")?;
-                Ok(Some(ReadAhead { after, reading }))
-            };
-            let staging = staging_part_key(&job.id, job.generation, index);
-            let (staged, mut read_ahead) = match tokio::try_join!(a.stage(reading, &staging, compression, rows_before), read_ahead) {
-                Err(Stop::OutOfKeyOrder(detail)) => {
-                    // The plan did not keep the key's order (its staging was discarded, the read
-                    // ahead with it): this part again, sorted, and every part after it.
-                    tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, part = index, detail, "a part's rows came out of key order; reading it again, sorted");
-                    sorted.store(true, std::sync::atomic::Ordering::Relaxed);
-                    a.fault("part_out_of_key_order")?;
-                    a.authorised(permission).await?;
-                    let reading = snapshot::produce(&a.ctx.snapshots, plan.part(range, PartOrder::Sorted));
-                    let staged = a.stage(reading, &staging, compression, rows_before).await.map_err(|stop| match stop {
-                        Stop::OutOfKeyOrder(detail) => Stop::invalid_data(detail),
-                        stop => stop,
-                    })?;
-                    (staged, None)
+                let ahead = snapshot::produce_ahead(&a.ctx.snapshots, plan.part(range, order));
+                if ahead.is_some() {
+                    a.fault("part_read_ahead")?;
                 }
-                joined => joined?,
+                ahead
             };
-            if let Some(ahead) = &mut read_ahead {
-                // This part's read has ended: the one begun ahead is the job's only read now.
-                ahead.reading.producer.now_the_jobs_own();
+            // With the spare taken, the part waits for the read before it to end.
+            if let Some(mut reading) = begun {
+                next_after = None;
+                let index = next_index;
+                next_index += 1;
+                let end = reading.part_end.take();
+                let spare = reading.producer.take_spare();
+                let staging = staging_part_key(&job.id, job.generation, index);
+                // The first part streaming reports its rows as the export's progress; one begun
+                // beside it counts once it is staged, and so does a part read again (the read
+                // thrown away may have shown more).
+                let progress = (streaming.is_empty() && order == PartOrder::Checked).then_some(rows_staged);
+                let stage = async move {
+                    let begun = std::time::Instant::now();
+                    let staged = a.stage(reading, &staging, compression, progress).await?;
+                    let read = staged.part.ok_or_else(|| Stop::internal("a part's read reported no keys"))?;
+                    // Checked like the sizes and digests: a part holds at most the plan's rows.
+                    if u64::try_from(staged.rows).map_or(true, |rows| rows > fixed.part_rows) {
+                        return Err(Stop::invalid_data(format!("part {index} wrote {} rows; a part holds at most {}", staged.rows, fixed.part_rows)));
+                    }
+                    Ok(StagedPart { index, staging, staged, read, read_ms: begun.elapsed().as_millis() as u64 })
+                };
+                streaming.push_back(InFlight { after, end, staging: Box::pin(stage), done: None, _spare: spare });
             }
-            let read = staged.part.ok_or_else(|| Stop::internal("a part's read reported no keys"))?;
-            // Checked like the sizes and digests: a part holds at most the plan's rows.
-            if u64::try_from(staged.rows).map_or(true, |rows| rows > fixed.part_rows) {
-                return Err(Stop::invalid_data(format!("part {index} wrote {} rows; a part holds at most {}", staged.rows, fixed.part_rows)));
-            }
-            Ok((Some(StagedPart { index, staging, staged, read, read_ms: started.elapsed().as_millis() as u64 }), read_ahead))
-        };
-        let finish = async {
-            match pending.take() {
-                Some(part) => finish_part(a, part, rows_done, file).await.map(Some),
-                None => Ok(None),
-            }
-        };
-        let ((next, read_ahead), finished) = tokio::try_join!(read, finish)?;
-        ahead = read_ahead;
-        if let Some(part) = finished {
-            rows_done += part.rows;
-            parts.push(part);
         }
-        match next {
-            Some(next) if next.staged.rows == 0 && next.index > 1 => {
-                // The rows left were deleted since the plan was fixed: nothing more to write.
-                let _ = a.store.delete(&next.staging).await;
-                more = false;
+        if streaming.is_empty() && staged.is_empty() && finishing.is_none() {
+            break;
+        }
+        match next_step(&mut streaming, &mut finishing).await {
+            Step::Ended(PartEnd { end: Some(end), last: false }) => next_after = Some(Some(end)),
+            Step::Ended(_) | Step::Staged => {}
+            Step::Checkpointed(record) => {
+                finishing = None;
+                let part = record?;
+                rows_done += part.rows;
+                parts.push(part);
             }
-            Some(next) => {
-                last_key = next.read.last_key;
-                more = !next.read.last;
+        }
+        // Parts staged, in order: each goes to be finished in its turn.
+        while let Some(InFlight { after, done: Some(_), .. }) = streaming.front() {
+            let after = *after;
+            let Some(InFlight { done: Some(done), .. }) = streaming.pop_front() else { break };
+            let part = match done {
+                Err(Stop::OutOfKeyOrder(detail)) if order == PartOrder::Checked => {
+                    // The plan did not keep the key's order: this part again, sorted, and every
+                    // part after it (one begun after its end, found in the snapshot now thrown
+                    // away, is stopped with it).
+                    next_index -= 1 + streaming.len() as i32;
+                    tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, part = next_index, detail, "a part's rows came out of key order; reading it again, sorted");
+                    a.fault("part_out_of_key_order")?;
+                    streaming.clear();
+                    order = PartOrder::Sorted;
+                    next_after = Some(after);
+                    break;
+                }
+                Err(Stop::OutOfKeyOrder(detail)) => return Err(Stop::invalid_data(detail)),
+                other => other?,
+            };
+            // The part's read has ended: the read begun after it is the job's own now.
+            if let Some(next) = streaming.front_mut() {
+                next._spare = None;
+            }
+            if part.staged.rows == 0 && part.index > 1 {
+                // The rows left were deleted since the plan was fixed: nothing more to write.
+                let _ = a.store.delete(&part.staging).await;
+                next_after = None;
+                continue;
+            }
+            rows_staged += part.staged.rows;
+            a.lease.wrote(rows_staged);
+            if part.read.last {
+                next_after = None;
+            } else if streaming.is_empty() && next_after.is_none() && next_index == part.index + 1 {
+                // A read that could not tell its end early (SQLite) is followed once it has ended.
+                next_after = Some(part.read.last_key);
+            }
+            staged.push_back(part);
+        }
+        if finishing.is_none() {
+            if let Some(part) = staged.pop_front() {
                 // Part n staged, part n − 1 checkpointed, part n not yet.
                 a.fault("after_part_staged")?;
-                pending = Some(next);
+                finishing = Some(Box::pin(finish_part(a, part, rows_done, file)));
             }
-            None => {}
         }
     }
 
@@ -172,10 +184,73 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
     Ok(released)
 }
 
-/// The next part's read, begun while the part before it streamed: after that part's last key.
-struct ReadAhead {
+/// A part being read and staged: where it begins, where its rows end (as soon as its snapshot
+/// knows), the staging itself and, once done, its result.
+struct InFlight<'f> {
     after: Option<i64>,
-    reading: Reading,
+    end: Option<tokio::sync::oneshot::Receiver<PartEnd>>,
+    staging: std::pin::Pin<Box<dyn std::future::Future<Output = Result<StagedPart, Stop>> + Send + 'f>>,
+    done: Option<Result<StagedPart, Stop>>,
+    /// For a part begun while the part before it streams: the worker's spare, let go once that
+    /// read has ended (after `staging`, so a stopped read lets its connection go first).
+    _spare: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// A staged part being checked, published, made durable and checkpointed.
+type Finishing<'f> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<PartRecord, Stop>> + Send + 'f>>;
+
+/// What happened next among the parts in flight.
+enum Step {
+    /// The last part begun has found where its rows end.
+    Ended(PartEnd),
+    /// A part's staging ended (its result is in its [`InFlight::done`]).
+    Staged,
+    /// The part being finished is checkpointed, or failed.
+    Checkpointed(Result<PartRecord, Stop>),
+}
+
+/// Waits for the next of: the last begun part's end, a part's staging (the first two), the
+/// part being finished.
+async fn next_step(streaming: &mut std::collections::VecDeque<InFlight<'_>>, finishing: &mut Option<Finishing<'_>>) -> Step {
+    let two = streaming.len() == 2;
+    let mut slots = streaming.iter_mut();
+    let (first, second) = (slots.next(), slots.next());
+    let (first_end, first_staging) = match first {
+        Some(InFlight { end, staging, done: None, .. }) => (end.as_mut(), Some(staging)),
+        Some(InFlight { end, .. }) => (end.as_mut(), None),
+        None => (None, None),
+    };
+    let (second_end, second_staging) = match second {
+        Some(InFlight { end, staging, done: None, .. }) => (end.as_mut(), Some(staging)),
+        Some(InFlight { end, .. }) => (end.as_mut(), None),
+        None => (None, None),
+    };
+    let last_end = if two { second_end } else { first_end };
+    tokio::select! {
+        end = async { match last_end { Some(end) => end.await, None => std::future::pending().await } } => {
+            // Heard once: a read that failed before it found its end ends its staging too.
+            if let Some(last) = streaming.back_mut() {
+                last.end = None;
+            }
+            match end {
+                Ok(end) => Step::Ended(end),
+                Err(_) => Step::Ended(PartEnd { end: None, last: false }),
+            }
+        }
+        done = async { match first_staging { Some(staging) => staging.await, None => std::future::pending().await } } => {
+            if let Some(first) = streaming.front_mut() {
+                first.done = Some(done);
+            }
+            Step::Staged
+        }
+        done = async { match second_staging { Some(staging) => staging.await, None => std::future::pending().await } } => {
+            if let Some(second) = streaming.get_mut(1) {
+                second.done = Some(done);
+            }
+            Step::Staged
+        }
+        record = async { match finishing { Some(finishing) => finishing.await, None => std::future::pending().await } } => Step::Checkpointed(record),
+    }
 }
 
 /// A part read and staged, not yet checked or checkpointed.
