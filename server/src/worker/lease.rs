@@ -129,6 +129,13 @@ impl Lease {
         self.progress.total.store(total, Ordering::Relaxed);
     }
 
+    /// Records that at least `rows` are written (a step forward), never fewer than recorded
+    /// before: parts that stream side by side, or one read again, report out of turn.
+    pub fn wrote_at_least(&self, rows: i64) {
+        self.progress.written.fetch_max(rows, Ordering::Relaxed);
+        self.progress.steps.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Records rows written so far (a step forward); the next heartbeat carries them.
     pub fn wrote(&self, rows: i64) {
         self.progress.written.store(rows, Ordering::Relaxed);

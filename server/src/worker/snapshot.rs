@@ -781,17 +781,36 @@ pub struct Producer {
     handle: Option<tokio::task::JoinHandle<Result<(), SnapshotError>>>,
     interrupt: Interrupt,
     /// For a read begun ahead ([`produce_ahead`]): the worker's spare, held until the job's
-    /// read before it has ended ([`Producer::take_spare`]) or this read has (a stopped
+    /// read before it has ended ([`SpareHold::let_go`]) or this read has (a stopped
     /// one: after its connection is let go).
-    spare: Option<tokio::sync::OwnedSemaphorePermit>,
+    spare: SpareHold,
+}
+
+/// The worker's spare held by a read begun ahead, shared by the read and its attempt: gone back
+/// once the attempt lets it go or every holder has dropped it (a stopped read drops its own
+/// after its connection is let go).
+#[derive(Clone, Default)]
+pub struct SpareHold(std::sync::Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>);
+
+impl SpareHold {
+    fn holding(permit: tokio::sync::OwnedSemaphorePermit) -> SpareHold {
+        SpareHold(std::sync::Arc::new(std::sync::Mutex::new(Some(permit))))
+    }
+
+    /// The job's read before this one has ended: its connection is the job's own now, and the
+    /// spare goes back for any job to borrow.
+    pub fn let_go(&self) {
+        if let Ok(mut held) = self.0.lock() {
+            held.take();
+        }
+    }
 }
 
 impl Producer {
-    /// The worker's spare of a read begun ahead, taken out to be let go once the job's read
-    /// before it has ended: its connection is the job's own then, and the spare goes back for
-    /// any job to borrow.
-    pub fn take_spare(&mut self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.spare.take()
+    /// The worker's spare this read holds (none but for a read begun ahead), for the attempt to
+    /// let go once the job's read before it has ended.
+    pub fn spare(&self) -> SpareHold {
+        self.spare.clone()
     }
 
     /// The read's result, once it has ended by itself. A wait dropped before then (the attempt
@@ -812,7 +831,7 @@ impl Producer {
     /// left a read waiting in the database, on a lock, after its export had ended.
     pub async fn stop(mut self) {
         if let Some(handle) = self.handle.take() {
-            let (interrupt, spare) = (self.interrupt.clone(), self.spare.take());
+            let (interrupt, spare) = (self.interrupt.clone(), std::mem::take(&mut self.spare));
             let stopping = tokio::spawn(async move {
                 stop_read(interrupt, handle).await;
                 drop(spare);
@@ -824,7 +843,7 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
-        let spare = self.spare.take();
+        let spare = std::mem::take(&mut self.spare);
         if let Some(handle) = self.handle.take() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 let interrupt = self.interrupt.clone();
@@ -873,7 +892,7 @@ pub fn produce_ahead(source: &Source, plan: Plan) -> Option<Reading> {
         Source::Postgres { pool, spare, .. } => {
             let Spare { permit, conn } = borrow_spare(pool, spare)?;
             let mut reading = produce_on(source, plan, Some(conn));
-            reading.producer.spare = Some(permit);
+            reading.producer.spare = SpareHold::holding(permit);
             Some(reading)
         }
         Source::Sqlite(_) => None,
@@ -890,13 +909,13 @@ fn produce_on(source: &Source, plan: Plan, idle: Option<sqlx::pool::PoolConnecti
         Source::Postgres { pool, control, spare, text_is_utf8 } => {
             let backends = std::sync::Arc::new(tokio::sync::Mutex::new(Backends::default()));
             let handle = tokio::spawn(produce_postgres((pool, spare), idle, (plan, text_is_utf8), (tx, filled), end_tx, backends.clone()));
-            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control }, spare: None }, part_end, spares }
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt: Interrupt::Postgres { backends, control }, spare: SpareHold::default() }, part_end, spares }
         }
         Source::Sqlite(path) => {
             let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
             let interrupt = Interrupt::Sqlite(slot.clone());
             let handle = tokio::task::spawn_blocking(move || produce_sqlite(&path, &plan, (&tx, filled), &slot));
-            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt, spare: None }, part_end, spares }
+            Reading { produced: rx, producer: Producer { handle: Some(handle), interrupt, spare: SpareHold::default() }, part_end, spares }
         }
     }
 }

@@ -28,6 +28,15 @@ pub(super) struct Attempt<'a> {
     pub(super) staging: &'a Path,
 }
 
+/// How a staged file's rows count in its export's progress.
+pub(super) enum Progress {
+    /// The export's one file: its rows are the progress.
+    Whole,
+    /// A part: the rows written before it and its own, once `reports` is set (a part streaming
+    /// beside the one before it counts once that one's read has ended).
+    Part { before: i64, reports: std::sync::Arc<std::sync::atomic::AtomicBool> },
+}
+
 /// What a stream staged: the file's bytes as stored (compressed, with gzip).
 pub(super) struct Staged {
     /// Data rows.
@@ -81,12 +90,11 @@ impl Attempt<'_> {
 
     /// Streams a read's rows (begun by [`crate::worker::snapshot::produce`]), compressed as asked, into a
     /// staging upload at `key`, and completes it; an upload that does not complete is aborted.
-    /// `rows_before`: the rows already written by earlier parts, for the progress; `None` for a
-    /// part streaming beside the one that reports it.
-    pub(super) async fn stage(&self, reading: Reading, key: &Path, compression: Compression, rows_before: Option<i64>) -> Result<Staged, Stop> {
+    /// `progress`: how its rows count in the export's progress.
+    pub(super) async fn stage(&self, reading: Reading, key: &Path, compression: Compression, progress: Progress) -> Result<Staged, Stop> {
         let ticker = self.lease.ticker();
         let mut upload = self.store.stage(key, std::sync::Arc::new(move || ticker.tick()));
-        let staged = match self.stream(reading, &mut upload, compression, rows_before).await {
+        let staged = match self.stream(reading, &mut upload, compression, progress).await {
             Ok(staged) => staged,
             Err(stop) => {
                 // Discard the upload, so no incomplete multipart upload is left in the store.
@@ -152,7 +160,7 @@ impl Attempt<'_> {
     /// Streams the snapshot as CSV into the upload, hashing and counting as it goes. A stop (a
     /// cancel, a lost lease, a stall, a shutdown) ends it wherever it waits, cancelling the
     /// snapshot's query if the database is still running it.
-    async fn stream(&self, reading: Reading, upload: &mut StagingUpload, compression: Compression, rows_before: Option<i64>) -> Result<Staged, Stop> {
+    async fn stream(&self, reading: Reading, upload: &mut StagingUpload, compression: Compression, progress: Progress) -> Result<Staged, Stop> {
         let Reading { mut produced, producer, spares, .. } = reading;
         let mut hasher = Sha256::new();
         let mut crc = crc32fast::Hasher::new();
@@ -181,9 +189,10 @@ impl Attempt<'_> {
                         spares.give_back(csv);
                         self.fault("each_chunk")?;
                         rows = written;
-                        match rows_before {
-                            Some(before) => self.lease.wrote(before + rows),
-                            None => self.lease.ticker().tick(),
+                        match &progress {
+                            Progress::Whole => self.lease.wrote(rows),
+                            Progress::Part { before, reports } if reports.load(std::sync::atomic::Ordering::Relaxed) => self.lease.wrote_at_least(before + rows),
+                            Progress::Part { .. } => self.lease.ticker().tick(),
                         }
                         self.checkpoint()?;
                         if first_chunk {

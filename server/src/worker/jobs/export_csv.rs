@@ -17,7 +17,7 @@ use app::Consistency;
 use crate::worker::snapshot::{self, Plan};
 use crate::worker::WorkerContext;
 use super::attempt::{begin, end, Stop};
-use super::export_attempt::Attempt;
+use super::export_attempt::{Attempt, Progress};
 
 /// Runs one claimed job to the end of its attempt, whatever happens. A job of a deployment this
 /// worker does not serve, or one that is not (or no longer) this generation's, is left as it is.
@@ -74,7 +74,7 @@ impl Attempt<'_> {
     async fn one_file(&self, plan: Plan, permission: Permission, request: &app::ExportRequest) -> Result<Box<jobs::Model>, Stop> {
         let job = self.job;
         let started = std::time::Instant::now();
-        let staged = self.stage(snapshot::produce(&self.ctx.snapshots, plan), self.staging, request.options.compression, Some(0)).await?;
+        let staged = self.stage(snapshot::produce(&self.ctx.snapshots, plan), self.staging, request.options.compression, Progress::Whole).await?;
         let total = staged.counted.ok_or_else(|| Stop::internal("the snapshot was never counted"))?;
         if staged.rows != total {
             return Err(Stop::invalid_data(format!("wrote {} rows but the snapshot counted {total}", staged.rows)));

@@ -11,7 +11,7 @@
 //! read, which its checkpoint and the manifest record.
 
 use super::attempt::Stop;
-use super::export_attempt::{Attempt, PartRead, Staged};
+use super::export_attempt::{Attempt, PartRead, Progress, Staged};
 use crate::entities::jobs;
 use crate::service::canonical::canonical_json;
 use crate::exports::parts::{self, PartRecord, PartsPlan};
@@ -21,7 +21,7 @@ use crate::job_store::transitions::{self, Artifact};
 use crate::job_store::Mover;
 use crate::storage::{manifest_key, part_key, staging_part_key};
 use crate::file_type::FileType;
-use crate::worker::snapshot::{self, KeyRange, PartEnd, PartOrder, Plan};
+use crate::worker::snapshot::{self, KeyRange, PartEnd, PartOrder, Plan, SpareHold};
 use app::{ExportRequest, ResolvedContract};
 use sha2::{Digest, Sha256};
 
@@ -58,9 +58,13 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
     let mut order = PartOrder::Checked;
     // The rows of the parts checkpointed and staged: the export's progress once a part is staged.
     let mut rows_staged = rows_done;
+    // The spare was taken when a part was to begin beside another: it begins once that one's
+    // read has ended, without asking again meanwhile.
+    let mut spare_taken = false;
     loop {
         a.checkpoint()?;
-        if let (Some(after), true) = (next_after, streaming.len() + staged.len() < 2) {
+        let room = streaming.len() + staged.len() < 2 && !(spare_taken && !streaming.is_empty());
+        if let (Some(after), true) = (next_after, room) {
             let range = KeyRange { after, max_key: fixed.max_key.unwrap_or(0), limit: fixed.part_rows };
             // SPEC §2's authority, before each part's read (SPEC §5 step 3, for a read in parts).
             a.authorised(permission).await?;
@@ -74,18 +78,19 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
                 }
                 ahead
             };
-            // With the spare taken, the part waits for the read before it to end.
+            spare_taken = begun.is_none();
             if let Some(mut reading) = begun {
                 next_after = None;
                 let index = next_index;
                 next_index += 1;
                 let end = reading.part_end.take();
-                let spare = reading.producer.take_spare();
+                let spare = reading.producer.spare();
                 let staging = staging_part_key(&job.id, job.generation, index);
-                // The first part streaming reports its rows as the export's progress; one begun
-                // beside it counts once it is staged, and so does a part read again (the read
-                // thrown away may have shown more).
-                let progress = (streaming.is_empty() && order == PartOrder::Checked).then_some(rows_staged);
+                // A part begun beside another counts in the progress once that one's read has
+                // ended, after its rows: the part before it holds exactly a part's rows.
+                let beside = if streaming.is_empty() { 0 } else { i64::try_from(fixed.part_rows).unwrap_or(i64::MAX) };
+                let reports = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(streaming.is_empty()));
+                let progress = Progress::Part { before: rows_staged.saturating_add(beside), reports: reports.clone() };
                 let stage = async move {
                     let begun = std::time::Instant::now();
                     let staged = a.stage(reading, &staging, compression, progress).await?;
@@ -96,7 +101,7 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
                     }
                     Ok(StagedPart { index, staging, staged, read, read_ms: begun.elapsed().as_millis() as u64 })
                 };
-                streaming.push_back(InFlight { after, end, staging: Box::pin(stage), done: None, _spare: spare });
+                streaming.push_back(InFlight { after, end, staging: Box::pin(stage), done: None, reports, spare });
             }
         }
         if streaming.is_empty() && staged.is_empty() && finishing.is_none() {
@@ -134,7 +139,8 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
             };
             // The part's read has ended: the read begun after it is the job's own now.
             if let Some(next) = streaming.front_mut() {
-                next._spare = None;
+                next.spare.let_go();
+                next.reports.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             if part.staged.rows == 0 && part.index > 1 {
                 // The rows left were deleted since the plan was fixed: nothing more to write.
@@ -143,7 +149,7 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
                 continue;
             }
             rows_staged += part.staged.rows;
-            a.lease.wrote(rows_staged);
+            a.lease.wrote_at_least(rows_staged);
             if part.read.last {
                 next_after = None;
             } else if streaming.is_empty() && next_after.is_none() && next_index == part.index + 1 {
@@ -184,16 +190,21 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
     Ok(released)
 }
 
-/// A part being read and staged: where it begins, where its rows end (as soon as its snapshot
-/// knows), the staging itself and, once done, its result.
+/// A part being read and staged.
 struct InFlight<'f> {
+    /// The key it begins after: where it is read again from if its rows come out of order.
     after: Option<i64>,
+    /// Where its rows end, as soon as its snapshot knows: the next part begins there.
     end: Option<tokio::sync::oneshot::Receiver<PartEnd>>,
+    /// Its read and staging.
     staging: std::pin::Pin<Box<dyn std::future::Future<Output = Result<StagedPart, Stop>> + Send + 'f>>,
+    /// Its staging's result, kept until the parts before it are staged.
     done: Option<Result<StagedPart, Stop>>,
+    /// Whether its rows count in the progress yet.
+    reports: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// For a part begun while the part before it streams: the worker's spare, let go once that
-    /// read has ended (after `staging`, so a stopped read lets its connection go first).
-    _spare: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// read has ended (a stopped read lets it go after its connection).
+    spare: SpareHold,
 }
 
 /// A staged part being checked, published, made durable and checkpointed.
