@@ -22,7 +22,6 @@ use crate::worker::spare_chunks::SpareChunks;
 use crate::row_encoder::RowEncoder;
 use crate::xlsx_cells::{Kind, Layout, XlsxEncoder};
 use app::{ExportRequest, FileFormat, FileLanguage, ResolvedContract};
-use bytes::{Buf, BytesMut};
 use futures::StreamExt;
 use sea_orm::sqlx;
 use sea_orm::DbBackend;
@@ -1224,8 +1223,7 @@ fn encode_rows<W: RowEncoder>(shape: &RowShape, (mut raw, batches): (mpsc::Recei
     let mut decoder = CopyBinary::default();
     let mut keys = Keys::default();
     while let Some(batch) = raw.blocking_recv() {
-        decoder.feed(&batch);
-        batches.give_back(batch);
+        batches.give_back(decoder.feed(batch));
         while let Some(tuple) = decoder.next_tuple()? {
             write_fields(&shape.columns, shape.extra, shape.utf8, &tuple, &mut out.file)?;
             if let Some(at) = shape.key_at {
@@ -1447,7 +1445,7 @@ fn write_sqlite(cell: &Cell, value: rusqlite::types::ValueRef<'_>, currency: Opt
 /// read where they lie in the buffer; only their offsets are kept, in one reused list.
 #[derive(Debug, Default)]
 struct CopyBinary {
-    buf: BytesMut,
+    buf: Vec<u8>,
     /// Where the next tuple starts in `buf`; what lies before it has been read.
     at: usize,
     /// The last tuple's cells: start and length in `buf`, `None` for NULL.
@@ -1484,10 +1482,19 @@ fn be_i32(b: &[u8]) -> i32 {
 }
 
 impl CopyBinary {
-    fn feed(&mut self, bytes: &[u8]) {
-        self.buf.advance(self.at);
+    /// Takes the stream's next bytes and gives back a buffer whose bytes are all read, to be
+    /// filled again. A batch that begins with a tuple is read where it lies: the COPY's reader
+    /// hands over whole messages, one tuple each, so only a tuple split across batches (which
+    /// PostgreSQL does not send, but the format allows) is copied.
+    fn feed(&mut self, batch: Vec<u8>) -> Vec<u8> {
+        if self.at >= self.buf.len() {
+            self.at = 0;
+            return std::mem::replace(&mut self.buf, batch);
+        }
+        self.buf.drain(..self.at);
         self.at = 0;
-        self.buf.extend_from_slice(bytes);
+        self.buf.extend_from_slice(&batch);
+        batch
     }
 
     fn finished(&self) -> bool {
@@ -1935,7 +1942,7 @@ filters = [
             let mut decoder = CopyBinary::default();
             let mut csv = CsvEncoder::new(false, &["total", "notes"]).unwrap();
             for piece in stream.chunks(split) {
-                decoder.feed(piece);
+                decoder.feed(piece.to_vec());
                 while let Some(tuple) = decoder.next_tuple().unwrap() {
                     write_fields(&columns, 0, true, &tuple, &mut csv).unwrap();
                     csv.end_row().unwrap();
@@ -1955,7 +1962,7 @@ filters = [
         stream.extend_from_slice(&(-1i16).to_be_bytes());
         let columns = [Cell { name: "notes".into(), read: Read::Text }];
         let mut decoder = CopyBinary::default();
-        decoder.feed(&stream);
+        decoder.feed(stream);
         let tuple = decoder.next_tuple().unwrap().unwrap();
         let mut csv = CsvEncoder::new(false, &["notes"]).unwrap();
         assert!(matches!(write_fields(&columns, 0, false, &tuple, &mut csv), Err(SnapshotError::Data(_))), "checked, refused");
