@@ -168,6 +168,12 @@ async fn on_postgresql_part_3_is_read_while_part_1_is_still_being_checkpointed()
         counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     })
     .unwrap();
+    let read_again = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sorted = read_again.clone();
+    fail::cfg_callback(app.fault("part_out_of_key_order"), move || {
+        sorted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    })
+    .unwrap();
     let mut boundary = Gate::close(&app.fault("after_checkpoint"));
     let id = create(&app, &bob, "ahead", &checkpointed()).await;
     boundary.reached().await;
@@ -190,10 +196,14 @@ async fn on_postgresql_part_3_is_read_while_part_1_is_still_being_checkpointed()
     assert_eq!(done["status"], "ready", "{done}");
     // Once the checkpoint goes on, a part begins while the part before it streams, or after it
     // when that part has already been staged: how many more begin ahead depends on the timing.
+    // A part read again, sorted (at most once an attempt), may begin ahead once more.
     let read_ahead = ahead.load(std::sync::atomic::Ordering::SeqCst);
-    assert!((2..=5).contains(&read_ahead), "{read_ahead} parts read ahead of six");
+    let read_again = read_again.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(read_again <= 1, "a part is read again sorted at most once an attempt: {read_again}");
+    assert!((2..=5 + read_again).contains(&read_ahead), "{read_ahead} parts read ahead of six, {read_again} read again");
     every_row_once_in_key_order(&app, &bob, &done).await;
     fail::remove(app.fault("part_read_ahead"));
+    fail::remove(app.fault("part_out_of_key_order"));
     drop(boundary);
     app.stop().await;
 }

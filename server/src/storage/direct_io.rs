@@ -8,7 +8,7 @@
 //! page costs a fault in the host: 2 GB written through the page cache took 6.4 s of CPU there,
 //! written direct 0.27 s (docs/performance.md). Full parts go direct; the file's tail, which
 //! is not a whole number of blocks, is written through the page cache. A file system that refuses
-//! `O_DIRECT` (tmpfs) is written and read the ordinary way.
+//! `O_DIRECT`, when a file is opened or when it is read or written, gets the ordinary way.
 
 use object_store::{MultipartUpload, PutPayload, PutResult, UploadPart};
 use std::fs::File;
@@ -26,6 +26,34 @@ pub fn aligned(buffer: &mut Vec<u8>, len: usize) -> &mut [u8] {
     }
     let at = buffer.as_ptr().align_offset(ALIGN).min(ALIGN);
     &mut buffer[at..at + len]
+}
+
+/// Aligned buffers kept for the next upload's parts or file's reads: one allocated afresh is
+/// zero-filled, a page fault a page (a fault in the host, on the machines above).
+static KEPT: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// The most buffers kept: two uploads' parts in flight and a read's buffers.
+const KEPT_MAX: usize = 8;
+
+/// A buffer with room for an aligned window of `len` bytes ([`aligned`]): a kept one if one is
+/// large enough, else a new one.
+pub fn buffer(len: usize) -> Vec<u8> {
+    let kept = KEPT.lock().ok().and_then(|mut kept| {
+        let at = kept.iter().position(|b| b.len() >= len + ALIGN)?;
+        Some(kept.swap_remove(at))
+    });
+    let mut buffer = kept.unwrap_or_default();
+    aligned(&mut buffer, len);
+    buffer
+}
+
+/// Keeps `buffer` for a later upload or read, unless enough are kept.
+pub fn keep(buffer: Vec<u8>) {
+    if let Ok(mut kept) = KEPT.lock() {
+        if kept.len() < KEPT_MAX {
+            kept.push(buffer);
+        }
+    }
 }
 
 /// Where an aligned window of `buffer` begins (see [`aligned`]).
@@ -77,10 +105,9 @@ struct UploadState {
     dest: PathBuf,
     /// The partial file, written the ordinary way.
     buffered: File,
-    /// The same file opened direct, if the file system allows it.
+    /// The same file opened direct, if the file system allows it (a part is copied into an
+    /// aligned buffer to be written so).
     direct: Option<File>,
-    /// Aligned buffers that go round: a part is copied into one to be written direct.
-    spare: Mutex<Vec<Vec<u8>>>,
 }
 
 impl DirectUpload {
@@ -103,7 +130,7 @@ impl DirectUpload {
         };
         let direct = open_to_write_direct(&partial);
         Ok(DirectUpload {
-            state: Arc::new(UploadState { dest: dest.to_owned(), buffered, direct, spare: Mutex::new(Vec::new()) }),
+            state: Arc::new(UploadState { dest: dest.to_owned(), buffered, direct }),
             partial: Some(partial),
             offset: 0,
         })
@@ -117,7 +144,7 @@ impl UploadState {
         use std::os::unix::fs::FileExt;
         let len = data.content_length();
         if let Some(direct) = self.direct.as_ref().filter(|_| len > 0 && len % ALIGN == 0 && offset % ALIGN as u64 == 0) {
-            let mut buffer = self.spare.lock().ok().and_then(|mut spare| spare.pop()).unwrap_or_default();
+            let mut buffer = buffer(len);
             let window = aligned(&mut buffer, len);
             let mut at = 0;
             for piece in data.iter() {
@@ -125,15 +152,11 @@ impl UploadState {
                 at += piece.len();
             }
             let written = direct.write_all_at(window, offset);
-            if let Ok(mut spare) = self.spare.lock() {
-                if spare.len() < super::PARTS_IN_FLIGHT {
-                    spare.push(buffer);
-                }
-            }
+            keep(buffer);
             match written {
                 Ok(()) => return Ok(()),
                 // A block larger than a page: this part the ordinary way.
-                Err(e) if e.raw_os_error() == Some(EINVAL) => {}
+                Err(e) if refused(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -144,6 +167,12 @@ impl UploadState {
         }
         Ok(())
     }
+}
+
+/// Whether `e` is a direct read or write the file system refused (its alignment, or no direct
+/// I/O at all): the ordinary way then.
+pub fn refused(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(EINVAL)
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -193,6 +222,22 @@ impl MultipartUpload for DirectUpload {
     }
 }
 
+impl Drop for DirectUpload {
+    /// An upload dropped before it completed or was aborted (a process ending while its abort
+    /// could not run) removes its partial file, as object_store's own does.
+    fn drop(&mut self) {
+        let Some(partial) = self.partial.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || std::fs::remove_file(partial));
+            }
+            Err(_) => {
+                let _ = std::fs::remove_file(partial);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,5 +272,15 @@ mod tests {
         upload.abort().await.unwrap();
         assert!(!other.exists());
         assert_eq!(std::fs::read_dir(other.parent().unwrap()).unwrap().count(), 1, "the partial file is gone");
+    }
+
+    #[test]
+    fn an_upload_dropped_before_it_ends_removes_its_partial_file() {
+        let folder = tempfile::tempdir().unwrap();
+        let upload = DirectUpload::begin(&folder.path().join("uploading/u1")).unwrap();
+        let partial = upload.partial.clone().unwrap();
+        assert!(partial.exists());
+        drop(upload);
+        assert!(!partial.exists());
     }
 }

@@ -765,35 +765,40 @@ fn read_beside(pieces: &[LocalPiece], mut use_bytes: impl FnMut(&[u8])) -> std::
     let (read_tx, read_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Handed>>(READ_BUFFERS);
     let (used_tx, used_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     for _ in 0..READ_BUFFERS {
-        let mut buffer = Vec::new();
-        direct_io::aligned(&mut buffer, READ_BYTES);
-        let _ = used_tx.send(buffer);
+        let _ = used_tx.send(direct_io::buffer(READ_BYTES));
     }
     std::thread::scope(|scope| {
+        // Owned here, so that the reader waiting for a buffer hears if this side ends early.
+        let used_tx = used_tx;
         scope.spawn(move || {
+            let mut spare = None;
             for piece in pieces {
                 let read = match piece {
                     LocalPiece::Bytes(b) => Ok(read_tx.send(Ok(Handed::Piece(b.clone()))).is_ok()),
-                    LocalPiece::File(path, range) => read_file(path, Some(range.clone()), &read_tx, &used_rx),
-                    LocalPiece::Whole(path) => read_file(path, None, &read_tx, &used_rx),
+                    LocalPiece::File(path, range) => read_file(path, Some(range.clone()), (&read_tx, &used_rx), &mut spare),
+                    LocalPiece::Whole(path) => read_file(path, None, (&read_tx, &used_rx), &mut spare),
                 };
                 match read {
                     Ok(true) => {}
                     // The one who uses the bytes is gone: it failed, or it has them all.
-                    Ok(false) => return,
+                    Ok(false) => break,
                     Err(e) => {
                         let _ = read_tx.send(Err(e));
-                        return;
+                        break;
                     }
                 }
             }
+            spare.into_iter().chain(used_rx.try_iter()).for_each(direct_io::keep);
         });
         for read in read_rx {
             match read? {
                 Handed::Piece(b) => use_bytes(&b),
                 Handed::Read(buffer, read) => {
                     use_bytes(&buffer[read]);
-                    let _ = used_tx.send(buffer);
+                    // The reader done: kept for the next read.
+                    if let Err(unused) = used_tx.send(buffer) {
+                        direct_io::keep(unused.0);
+                    }
                 }
             }
         }
@@ -801,17 +806,23 @@ fn read_beside(pieces: &[LocalPiece], mut use_bytes: impl FnMut(&[u8])) -> std::
     })
 }
 
-/// Reads `range` of the file at `path` (all of it with `None`) into the buffers `used_rx` gives,
-/// each sent on `read_tx`; `Ok(false)` once no one takes them. A file shorter than its range
-/// fails. Read direct where the file system allows it and the range starts on a block: whole
-/// blocks into an aligned window, the bytes past the range's end not handed on.
+/// Reads `range` of the file at `path` (all of it with `None`) into the buffers `used_rx` gives
+/// (or `spare`, the one a file's end left unused), each sent on `read_tx`; `Ok(false)` once no
+/// one takes them. A file shorter than its range fails. Read direct where the file system allows
+/// it and the range starts on a block: whole blocks into an aligned window, the bytes past the
+/// range's end not handed on.
 fn read_file(
     path: &std::path::Path,
     range: Option<std::ops::Range<u64>>,
-    read_tx: &std::sync::mpsc::SyncSender<std::io::Result<Handed>>,
-    used_rx: &std::sync::mpsc::Receiver<Vec<u8>>,
+    (read_tx, used_rx): (&std::sync::mpsc::SyncSender<std::io::Result<Handed>>, &std::sync::mpsc::Receiver<Vec<u8>>),
+    spare: &mut Option<Vec<u8>>,
 ) -> std::io::Result<bool> {
     use std::io::{Read, Seek};
+    let ordinary = |at: u64| -> std::io::Result<std::fs::File> {
+        let mut file = std::fs::File::open(path)?;
+        file.seek(std::io::SeekFrom::Start(at))?;
+        Ok(file)
+    };
     let start = range.as_ref().map_or(0, |r| r.start);
     let (mut file, mut direct) = if start % direct_io::ALIGN as u64 == 0 {
         direct_io::open_to_read(path)?
@@ -822,17 +833,28 @@ fn read_file(
     let mut at = start;
     let mut left = range.as_ref().map_or(u64::MAX, |r| r.end - r.start);
     while left > 0 {
-        let Ok(mut buffer) = used_rx.recv() else { return Ok(false) };
+        let mut buffer = match spare.take() {
+            Some(buffer) => buffer,
+            None => match used_rx.recv() {
+                Ok(buffer) => buffer,
+                Err(_) => return Ok(false),
+            },
+        };
         let want = READ_BYTES.min(usize::try_from(left).unwrap_or(usize::MAX));
-        let asked = if direct { want.next_multiple_of(direct_io::ALIGN) } else { want };
-        let window = direct_io::aligned(&mut buffer, asked);
         let n = loop {
-            match file.read(window) {
+            let asked = if direct { want.next_multiple_of(direct_io::ALIGN) } else { want };
+            match file.read(direct_io::aligned(&mut buffer, asked)) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // Opened direct, but its reads refused: the ordinary way from here.
+                Err(e) if direct && direct_io::refused(&e) => {
+                    direct = false;
+                    file = ordinary(at)?;
+                }
                 read => break read?,
             }
         };
         if n == 0 {
+            *spare = Some(buffer);
             if range.is_none() {
                 return Ok(true);
             }
@@ -842,8 +864,7 @@ fn read_file(
             // Short of a whole block: the file's end, or a read the file system cut short; what
             // follows, if anything, is read the ordinary way from where this one ended.
             direct = false;
-            file = std::fs::File::open(path)?;
-            file.seek(std::io::SeekFrom::Start(at + n as u64))?;
+            file = ordinary(at + n as u64)?;
         }
         let n = n.min(want);
         at += n as u64;
