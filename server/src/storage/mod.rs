@@ -264,8 +264,8 @@ impl ExportStore {
     }
 
     /// Reads an object through and returns its size, hex SHA-256 and CRC-32: a local file in
-    /// place with one reused buffer, any other store in ranges of [`PART_BYTES`]; `on_progress`
-    /// is called after each buffer or range.
+    /// place, read past the page cache on a thread beside the hashing ([`read_beside`]), any
+    /// other store in ranges of [`PART_BYTES`]; `on_progress` is called after each buffer or range.
     pub async fn digest(&self, key: &Path, on_progress: OnProgress) -> Result<Digests, object_store::Error> {
         if let Some(local) = &self.local {
             let file = local.path_to_filesystem(key)?;
@@ -382,8 +382,9 @@ impl ExportStore {
     }
 
     /// The hex SHA-256 of the bytes `pieces` make; `on_progress` after each chunk read. On a
-    /// local folder the files are read in place with one reused buffer (object_store's local
-    /// reads come in small chunks, and a bundle is the size of the whole export).
+    /// local folder the files are read in place, past the page cache on a thread beside the
+    /// hashing ([`read_beside`]; object_store's local reads come in small chunks, and a bundle
+    /// is the size of the whole export).
     pub async fn digest_pieces(&self, pieces: &[crate::bundle::Piece], on_progress: OnProgress) -> Result<String, object_store::Error> {
         use futures::TryStreamExt;
         if let Some(local) = &self.local {
