@@ -58,7 +58,8 @@ async fn nasty_orders(app: &TestApp) -> Vec<i64> {
 }
 
 fn nasty_request(language: &str) -> Value {
-    let today = jiff::Zoned::now().with_time_zone(jiff::tz::TimeZone::UTC).date();
+    // The date in the zone the request names: in the UTC evening Riyadh is a day ahead.
+    let today = jiff::Zoned::now().with_time_zone(jiff::tz::TimeZone::get("Asia/Riyadh").unwrap()).date();
     json!({
         "report": "orders",
         "format": "xlsx",
