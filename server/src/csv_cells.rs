@@ -141,12 +141,6 @@ impl CsvEncoder {
         Ok(encoder)
     }
 
-    /// The rest of a file whose header row (and byte order mark) another encoder wrote: rows of
-    /// `width` fields.
-    pub fn continuing(width: usize) -> CsvEncoder {
-        CsvEncoder { record_start: 0, out: Vec::new(), fields: 0, width, scratch: Vec::with_capacity(256) }
-    }
-
     /// Starts one more field of the current record: a comma after the first.
     fn next_field(&mut self) {
         if self.fields > 0 {

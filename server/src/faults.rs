@@ -13,9 +13,7 @@
 //! `each_chunk`, `mid_stream`, `after_part_staged` (streamed, before its check) and
 //! `after_checkpoint` (its checkpoint committed), then `before_release` and the rest; and
 //! `before_part_read_ahead` and `part_read_ahead` just before and just after a part's read
-//! begins while the part before it streams. A whole export read in two halves meets
-//! `read_in_halves` once both have begun, and `whole_out_of_key_order` before it is read again,
-//! sorted, when a half's rows came out of key order.
+//! begins while the part before it streams.
 //!
 //! They are configured with the `fail` crate: `FAILPOINTS=after_publish=return(crash)` in a
 //! process's environment, or `fail::cfg` / `fail::cfg_callback` in-process. `return(crash)`

@@ -74,12 +74,12 @@ pub fn open_to_read(path: &Path) -> std::io::Result<(File, bool)> {
     Ok((File::open(path)?, false))
 }
 
-/// Opens `path` to write (and read) past the page cache, if the file system allows it.
-pub fn open_to_write_direct(path: &Path) -> Option<File> {
+/// Opens `path` to write past the page cache, if the file system allows it.
+fn open_to_write_direct(path: &Path) -> Option<File> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        return std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(path).ok();
+        return std::fs::OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path).ok();
     }
     #[allow(unreachable_code)]
     {

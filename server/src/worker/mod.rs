@@ -8,7 +8,6 @@ pub mod jobs;
 pub mod lease;
 pub mod snapshot;
 pub mod spare_chunks;
-pub mod spill;
 
 use crate::config::{Config, WorkerConfig};
 use crate::faults;

@@ -19,7 +19,6 @@
 use crate::catalog::{ColumnType, Filter, FilterTest, FilterValue, Report, TimeUnit};
 use crate::csv_cells::CsvEncoder;
 use crate::worker::spare_chunks::SpareChunks;
-use crate::worker::spill::Spill;
 use crate::row_encoder::RowEncoder;
 use crate::xlsx_cells::{Kind, Layout, XlsxEncoder};
 use app::{ExportRequest, FileFormat, FileLanguage, ResolvedContract};
@@ -78,8 +77,6 @@ pub enum Produced {
     /// A part's read is complete: its first and last keys (none for a part with no rows) and
     /// the moment its snapshot shows, epoch milliseconds by the database's clock.
     Part { first_key: Option<i64>, last_key: Option<i64>, read_at: i64, last: bool },
-    /// A whole export is read in two halves at once, cut after the key `mid` ([`Half`]).
-    InHalves { mid: i64 },
 }
 
 /// The rows of one part of a checkpointed export (SPEC §5.1): keys above `after` (all, for the
@@ -249,29 +246,8 @@ pub struct Plan {
     /// For a part of a checkpointed export: its rows, and how their order is asked for.
     part: Option<KeyRange>,
     part_order: PartOrder,
-    /// For a whole export read in two halves at once: which half this plan reads.
-    half: Option<Half>,
-    /// Whether a whole export may be read in halves ([`Half`]); once its rows came out of key
-    /// order it is read sorted, in one query.
-    halves: bool,
     /// The request's filter values, bound: their parameter names and values.
     params: Vec<(String, Bound)>,
-}
-
-/// One of the two halves a whole CSV export on PostgreSQL is read in, each on its own
-/// connection in the same snapshot, both at once: the rows with keys up to the middle key, and
-/// those above it. Each half is asked for unsorted, in one database process, and its keys are
-/// checked ([`PartOrder::Checked`]); the lower half is written as it comes and the upper half
-/// waits on disk ([`crate::worker::spill`]) until the lower half is written. On two cores the
-/// parallel join and sort of the whole export kept both cores busy before its first row and
-/// then streamed from one process; the halves stream from the first moment, from two
-/// (docs/performance.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Half {
-    /// Keys up to and including this one.
-    Lower(i64),
-    /// Keys above this one.
-    Upper(i64),
 }
 
 /// Where a plan's two conditions on the report's time are among its conditions.
@@ -401,8 +377,7 @@ impl Plan {
             FileFormat::Csv => FileShape::Csv { bom: request.options.bom },
             FileFormat::Xlsx => FileShape::Xlsx(layout(report, &columns, request.options.language, &resolved.timezone)?),
         };
-        let halves = pg && matches!(file, FileShape::Csv { .. });
-        Ok(Plan { columns, file, backend, select, from: report.from.clone(), count_from, conditions, key: report.key.clone(), part: None, part_order: PartOrder::Sorted, half: None, halves, params })
+        Ok(Plan { columns, file, backend, select, from: report.from.clone(), count_from, conditions, key: report.key.clone(), part: None, part_order: PartOrder::Sorted, params })
     }
 
     /// The plan with its workbook's creation time set to `accepted` (the operation's acceptance),
@@ -425,55 +400,6 @@ impl Plan {
         }
         part.part = Some(range);
         part
-    }
-
-    /// The plan of a whole export read sorted, in one query: never in halves.
-    pub fn in_one_read(mut self) -> Plan {
-        self.halves = false;
-        self
-    }
-
-    /// Whether this whole export may be read in halves ([`Half`]): a CSV file on PostgreSQL,
-    /// whose key is a plain column.
-    fn may_read_in_halves(&self) -> bool {
-        self.halves && self.part.is_none() && self.half.is_none() && self.key_column().is_some()
-    }
-
-    /// The key as `alias.column` or `column`, when it is a plain column (what an index scan's
-    /// condition names: [`keeps_key_order`]).
-    fn key_column(&self) -> Option<(Option<&str>, &str)> {
-        let name = |s: &str| s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        let key = self.key.trim();
-        match key.split_once('.') {
-            Some((alias, column)) if name(alias) && name(column) => Some((Some(alias), column)),
-            None if name(key) => Some((None, key)),
-            _ => None,
-        }
-    }
-
-    /// The plan of one half of a whole export: its rows, asked for unsorted, each with its key
-    /// after the file's columns (read, never written).
-    fn half(&self, half: Half) -> Plan {
-        let mut plan = self.clone();
-        plan.select.push(plan.key_read());
-        plan.conditions.push(match half {
-            Half::Lower(mid) => format!("({}) <= {mid}", self.key),
-            Half::Upper(mid) => format!("({}) > {mid}", self.key),
-        });
-        plan.half = Some(half);
-        plan
-    }
-
-    /// The query that gives the key's type (one row, whatever the data).
-    fn key_type_sql(&self) -> String {
-        format!("SELECT CAST(pg_typeof((SELECT {} FROM {} LIMIT 0)) AS TEXT)", self.key, self.count_from)
-    }
-
-    /// The query that counts the rows, and those with a key, and gives their lowest and highest
-    /// keys (a key of a whole-number type: [`Plan::key_type_sql`]), in one scan.
-    fn key_bounds_sql(&self) -> String {
-        let keys = self.query_from(&self.count_from, &format!("({}) AS k", self.key), None, false, None);
-        format!("SELECT COUNT(*), COUNT(k), CAST(MIN(k) AS BIGINT), CAST(MAX(k) AS BIGINT) FROM ({keys}) AS keys")
     }
 
     /// The key as a part reads it: a bigint (on SQLite the bare key, so that its index serves
@@ -554,9 +480,9 @@ impl Plan {
         self.query_from(&self.count_from, "COUNT(*)", None, false, None)
     }
 
-    /// The query that reads the rows, in file order (a half's unsorted: [`Half`]).
+    /// The query that reads the rows, in file order.
     pub fn rows_sql(&self) -> String {
-        self.query(&self.select.join(", "), None, self.half.is_none(), None)
+        self.query(&self.select.join(", "), None, true, None)
     }
 
     /// The same rows read by walking the tenant's rows in key order, each row's time checked as
@@ -1143,34 +1069,14 @@ async fn read_postgres(
     // transaction's snapshot, when the spare is free; otherwise first, on this one. Dropping the
     // set stops it. A part is not counted: it is known to hold at most its size.
     let mut counting = tokio::task::JoinSet::new();
-    let mut second = if read_at.is_none() { borrow_spare(pool, spare) } else { None };
-    let mut counted = false;
-    // A whole export takes the spare for its upper half instead, when its rows can be cut in two
-    // ([`Half`]); it is counted first then, in the same scan that finds where to cut.
-    if let Some(taken) = second.take_if(|_| plan.may_read_in_halves()) {
-        match split_point(&mut conn, &plan).await? {
-            SplitPoint::At { total, mid } => {
-                tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
-                counted = true;
-                if let Some(upper) = begin_upper_half(&mut conn, taken, &plan, mid, (text_is_utf8, &spares), backends).await? {
-                    tx.send(Produced::InHalves { mid }).await.map_err(|_| Stopped)?;
-                    return read_lower_half(conn, &plan, mid, upper, (tx, spares), text_is_utf8).await;
-                }
-            }
-            SplitPoint::Counted(total) => {
-                tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
-                counted = true;
-            }
-            SplitPoint::NotCut => second = Some(taken),
-        }
-    }
+    let second = if read_at.is_none() { borrow_spare(pool, spare) } else { None };
     match second {
         Some(Spare { permit, conn: second }) => {
             let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *conn).await?;
             let second = register(second, Some(permit), backends).await?;
             counting.spawn(count_in_snapshot(second, snapshot, count_sql, plan.params().to_vec(), tx.clone(), backends.clone()));
         }
-        None if read_at.is_some() || counted => {}
+        None if read_at.is_some() => {}
         None => {
             let total = count(&mut conn, count_sql).await?;
             tx.send(Produced::Counted(total)).await.map_err(|_| Stopped)?;
@@ -1189,7 +1095,18 @@ async fn read_postgres(
             // Unheard when no one waits for it.
             let _ = part_end.send(PartEnd { end, last });
             if plan.part_checked() {
-                in_one_process(&mut conn).await?;
+                // One process, so that the rows come in the order its plan reads them; its hash
+                // table may take what a parallel plan's processes would have shared.
+                // (PostgreSQL 13 and later: before it a hash had `work_mem` alone, and a part
+                // whose hash spills is read again sorted.)
+                sqlx::query(
+                    "SELECT set_config('hash_mem_multiplier', LEAST(1000, current_setting('hash_mem_multiplier')::float8 \
+                     * (1 + LEAST(current_setting('max_parallel_workers_per_gather')::int, current_setting('max_parallel_workers')::int)))::text, true) \
+                     WHERE current_setting('hash_mem_multiplier', true) IS NOT NULL",
+                )
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query("SET LOCAL max_parallel_workers_per_gather = 0").execute(&mut *conn).await?;
             }
             (plan.part_rows_sql(end.unwrap_or(max_key)), last)
         }
@@ -1200,305 +1117,6 @@ async fn read_postgres(
         FileShape::Xlsx(layout) => copy_rows(conn, (&plan, text_is_utf8), &rows_sql, (read_at, last), Chunker::new(XlsxEncoder::new(layout.clone())?, &spares), &tx, counting).await?.finisher(),
     };
     tokio::task::spawn_blocking(move || copied(&tx)).await.map_err(|e| SnapshotError::Database(format!("the file's end was not written: {e}")))?
-}
-
-/// Plans the rest of the transaction's reads in one database process, so that rows come in the
-/// order its plan reads them ([`PartOrder::Checked`], [`Half`]); a join's hash table may take
-/// what a parallel plan's processes would have shared. (PostgreSQL 13 and later: before it a
-/// hash had `work_mem` alone, and a read whose hash spills comes out of order and is read again
-/// sorted.)
-async fn in_one_process(conn: &mut sqlx::PgConnection) -> Result<(), SnapshotError> {
-    sqlx::query(
-        "SELECT set_config('hash_mem_multiplier', LEAST(1000, current_setting('hash_mem_multiplier')::float8 \
-         * (1 + LEAST(current_setting('max_parallel_workers_per_gather')::int, current_setting('max_parallel_workers')::int)))::text, true) \
-         WHERE current_setting('hash_mem_multiplier', true) IS NOT NULL",
-    )
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query("SET LOCAL max_parallel_workers_per_gather = 0").execute(&mut *conn).await?;
-    Ok(())
-}
-
-/// Plans a half's read ([`Half`]) by index: without a sequential or bitmap scan where an index
-/// serves (a half of a tenant whose keys come after another tenant's covers most of the table
-/// by its key's bound, and the planner then scans the table in its stored order, which is not
-/// the key's). A table no index serves is still scanned, and a plan that does not read the
-/// key's index is refused ([`keeps_key_order`]).
-async fn by_index(conn: &mut sqlx::PgConnection) -> Result<(), SnapshotError> {
-    sqlx::query("SET LOCAL enable_seqscan = off").execute(&mut *conn).await?;
-    sqlx::query("SET LOCAL enable_bitmapscan = off").execute(&mut *conn).await?;
-    Ok(())
-}
-
-/// Rows below which a whole export is read in one query: two halves save nothing there.
-const HALVES_MIN_ROWS: i64 = 10_000;
-
-/// Where a whole export's rows are cut in two ([`Half`]), found in its snapshot.
-enum SplitPoint {
-    /// In halves: the rows counted, and the middle key (the lower half's last).
-    At { total: i64, mid: i64 },
-    /// In one query, counted: too few rows, one key throughout, or a row without a key.
-    Counted(i64),
-    /// In one query, not yet counted: the key is not a whole number.
-    NotCut,
-}
-
-/// Finds where to cut a whole export's rows in two: halfway between its lowest and highest
-/// keys, counted in the same scan. Halfway by value, not by count: the two halves are as even
-/// as the keys are (a tenant whose rows are recent has more of them in the upper half), and
-/// either way each row is read once.
-async fn split_point(conn: &mut sqlx::PgConnection, plan: &Plan) -> Result<SplitPoint, SnapshotError> {
-    // The key is counted over the table the count reads, which drops the joins no condition
-    // needs: a key that names such a join's table fails to plan there, and that export is read
-    // in one query. Inside a savepoint, so that the failure leaves the snapshot usable.
-    sqlx::query("SAVEPOINT key_type").execute(&mut *conn).await?;
-    let key_type: Option<String> = match sqlx::query_scalar(sqlx::AssertSqlSafe(plan.key_type_sql())).fetch_one(&mut *conn).await {
-        Ok(key_type) => {
-            sqlx::query("RELEASE SAVEPOINT key_type").execute(&mut *conn).await?;
-            key_type
-        }
-        Err(sqlx::Error::Database(_)) => {
-            sqlx::query("ROLLBACK TO SAVEPOINT key_type").execute(&mut *conn).await?;
-            None
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if !matches!(key_type.as_deref(), Some("smallint" | "integer" | "bigint")) {
-        return Ok(SplitPoint::NotCut);
-    }
-    let (total, keyed, low, high): (i64, i64, Option<i64>, Option<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(plan.key_bounds_sql())).fetch_one(&mut *conn).await?;
-    tracing::debug!(total, keyed, low, high, "where a whole export's rows may be cut");
-    Ok(match (low, high) {
-        // A row whose key is NULL is in neither half.
-        (Some(low), Some(high)) if keyed == total && total >= HALVES_MIN_ROWS && low < high => SplitPoint::At { total, mid: middle(low, high) },
-        _ => SplitPoint::Counted(total),
-    })
-}
-
-/// The key halfway between `low` and `high` (`low` < `high`), rounded down: from `low` up to
-/// below `high`, so that neither half is empty of keys.
-fn middle(low: i64, high: i64) -> i64 {
-    ((i128::from(low) + i128::from(high)).div_euclid(2)) as i64
-}
-
-/// Whether the upper half's plan (`EXPLAIN (FORMAT JSON)`) gives its rows in the key's order:
-/// down its outer side, through hash joins and nested loops (each keeps its outer side's order
-/// while its hash stays in one batch), to an index of the key's table scanned forward whose
-/// condition is the half's lower bound on the key (`column > …`), so an index that holds the
-/// key. An index of other columns first (the tenant's times, for an export of a few days) is
-/// refused here rather than seen at the first rows. Whether the key comes first in the index
-/// after the columns the condition fixes shows as the rows come: their keys are checked
-/// ([`Keys::in_order`]).
-fn keeps_key_order(explained: &serde_json::Value, (alias, column): (Option<&str>, &str)) -> bool {
-    let bound = format!("({} > ", column.to_ascii_lowercase());
-    let mut node = &explained[0]["Plan"];
-    loop {
-        match node["Node Type"].as_str() {
-            Some("Index Scan" | "Index Only Scan") => {
-                let of_the_key = alias.is_none_or(|alias| node["Alias"].as_str().is_some_and(|a| a.eq_ignore_ascii_case(alias)));
-                let bounded = node["Index Cond"].as_str().is_some_and(|cond| cond.to_ascii_lowercase().contains(&bound));
-                return node["Scan Direction"] == "Forward" && of_the_key && bounded;
-            }
-            Some("Hash Join" | "Nested Loop") => node = &node["Plans"][0],
-            _ => return false,
-        }
-    }
-}
-
-/// The upper half of a whole export, begun: its chunks as they come, and its read (a set of
-/// one, so that a read dropped part-way stops it).
-struct UpperHalf {
-    chunks: mpsc::Receiver<Produced>,
-    read: tokio::task::JoinSet<Result<(), SnapshotError>>,
-}
-
-/// The upper half's read, once ended: its result.
-async fn ended(read: &mut tokio::task::JoinSet<Result<(), SnapshotError>>) -> Result<(), SnapshotError> {
-    match read.join_next().await {
-        Some(ended) => ended.map_err(|e| SnapshotError::Database(format!("the upper half's read stopped: {e}")))?,
-        None => Ok(()),
-    }
-}
-
-/// Begins the upper half of a whole export ([`Half::Upper`]) on the worker's spare, in the
-/// snapshot `conn` holds. `None` when the database would not give that half's rows in the key's
-/// order ([`keeps_key_order`]), or its read failed before its rows (logged): the export is read
-/// in one query, sorted.
-async fn begin_upper_half(
-    conn: &mut sqlx::PgConnection,
-    Spare { permit, conn: second }: Spare,
-    plan: &Plan,
-    mid: i64,
-    (utf8, spares): (bool, &SpareChunks),
-    backends: &std::sync::Arc<tokio::sync::Mutex<Backends>>,
-) -> Result<Option<UpperHalf>, SnapshotError> {
-    let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *conn).await?;
-    let second = register(second, Some(permit), backends).await?;
-    let (chunks_tx, chunks) = mpsc::channel(CHUNKS_IN_FLIGHT);
-    let (verdict_tx, verdict) = tokio::sync::oneshot::channel();
-    let upper = plan.half(Half::Upper(mid));
-    let mut read = tokio::task::JoinSet::new();
-    read.spawn(read_upper_half(second, snapshot, upper, (chunks_tx, spares.clone()), verdict_tx, backends.clone(), utf8));
-    match verdict.await {
-        Ok(true) => Ok(Some(UpperHalf { chunks, read })),
-        _ => {
-            if let Err(e) = ended(&mut read).await {
-                tracing::warn!(error = %e, "the upper half's read failed before its rows; reading the export in one query");
-            }
-            Ok(None)
-        }
-    }
-}
-
-/// Reads the upper half on `conn`, in the snapshot another transaction exported: says first
-/// (`verdict`) whether its plan keeps the key's order, and only then streams its rows (no
-/// header: they follow the lower half's) as chunks on `tx`.
-async fn read_upper_half(
-    mut conn: Borrowed,
-    snapshot: String,
-    plan: Plan,
-    (tx, spares): (mpsc::Sender<Produced>, SpareChunks),
-    verdict: tokio::sync::oneshot::Sender<bool>,
-    backends: std::sync::Arc<tokio::sync::Mutex<Backends>>,
-    utf8: bool,
-) -> Result<(), SnapshotError> {
-    let read = async {
-        if !snapshot.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
-            return Err(SnapshotError::Database(format!("unexpected snapshot id {snapshot:?}")));
-        }
-        let mut t = sqlx::Connection::begin(&mut *conn.conn).await?;
-        read_only_snapshot(&mut t, Some(&snapshot), plan.params(), false).await?;
-        in_one_process(&mut t).await?;
-        by_index(&mut t).await?;
-        let rows_sql = plan.rows_sql();
-        let explained: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN (FORMAT JSON) {rows_sql}"))).fetch_one(&mut *t).await?;
-        let keeps = plan.key_column().is_some_and(|key| keeps_key_order(&explained, key));
-        if !keeps {
-            tracing::debug!(plan = %explained, "the upper half's rows would not come in key order; reading the export in one query");
-        }
-        // Unheard when no one waits for it any more.
-        let _ = verdict.send(keeps);
-        if !keeps {
-            t.commit().await?;
-            return Ok(());
-        }
-        let out = copy_rows(t, (&plan, utf8), &rows_sql, (None, true), Chunker::new(CsvEncoder::continuing(plan.columns.len()), &spares), &tx, tokio::task::JoinSet::new()).await?;
-        tokio::task::spawn_blocking(move || out.finish(&tx)).await.map_err(|e| SnapshotError::Database(format!("the upper half's end was not written: {e}")))?
-    }
-    .await;
-    give_back(conn, read.is_ok(), &backends).await;
-    read
-}
-
-/// Reads the lower half ([`Half::Lower`]) in `conn`'s snapshot and sends its chunks as they come,
-/// while the upper half's wait on disk; then the upper half's, in order. A failure of either half
-/// ends both; the first real one is the read's.
-async fn read_lower_half(
-    mut conn: sqlx::Transaction<'_, sqlx::Postgres>,
-    plan: &Plan,
-    mid: i64,
-    UpperHalf { chunks, mut read }: UpperHalf,
-    (tx, spares): (mpsc::Sender<Produced>, SpareChunks),
-    utf8: bool,
-) -> Result<(), SnapshotError> {
-    let (lower_done, lower_rows) = tokio::sync::oneshot::channel();
-    let forwarding = tokio::task::spawn_blocking({
-        let (tx, spares) = (tx.clone(), spares.clone());
-        move || forward_upper_half(chunks, lower_rows, &tx, &spares)
-    });
-    let lower_plan = plan.half(Half::Lower(mid));
-    let lower_read = async {
-        let FileShape::Csv { bom } = &plan.file else {
-            return Err(SnapshotError::Database("only a CSV file is read in halves".into()));
-        };
-        in_one_process(&mut conn).await?;
-        by_index(&mut conn).await?;
-        let out = copy_rows(conn, (&lower_plan, utf8), &lower_plan.rows_sql(), (None, true), Chunker::new(plan.csv(*bom)?, &spares), &tx, tokio::task::JoinSet::new()).await?;
-        let rows = out.rows;
-        let tx = tx.clone();
-        tokio::task::spawn_blocking(move || out.finish(&tx)).await.map_err(|e| SnapshotError::Database(format!("the lower half's end was not written: {e}")))??;
-        Ok(rows)
-    };
-    let mut lower_read = Box::pin(lower_read);
-    let mut upper: Option<Result<(), SnapshotError>> = None;
-    let lower = loop {
-        tokio::select! {
-            lower = &mut lower_read => break lower,
-            result = ended(&mut read), if upper.is_none() => {
-                let failed = result.is_err();
-                upper = Some(result);
-                if failed {
-                    break Err(SnapshotError::Stopped);
-                }
-            }
-        }
-    };
-    drop(lower_read);
-    match &lower {
-        Ok(rows) => {
-            let _ = lower_done.send(*rows);
-        }
-        // The forwarding stops at the upper half's next chunk, and the upper half at its next send.
-        Err(_) => drop(lower_done),
-    }
-    let forwarded = forwarding.await.map_err(|e| SnapshotError::Database(format!("the upper half's forwarding stopped: {e}")))?;
-    let upper = match upper {
-        Some(result) => result,
-        None => ended(&mut read).await,
-    };
-    match (lower, upper) {
-        (Err(_), Err(upper)) if !matches!(upper, SnapshotError::Stopped) => Err(upper),
-        (Err(lower), _) => Err(lower),
-        (Ok(_), Err(upper)) => Err(upper),
-        (Ok(_), Ok(())) => forwarded,
-    }
-}
-
-/// On a blocking thread: sets the upper half's chunks aside on disk ([`Spill`]) until the lower
-/// half has been sent (`lower_rows` says so, with its rows), then sends them, and the upper
-/// half's chunks still to come, with the rows before them counted.
-fn forward_upper_half(mut upper: mpsc::Receiver<Produced>, mut lower_rows: tokio::sync::oneshot::Receiver<i64>, tx: &mpsc::Sender<Produced>, spares: &SpareChunks) -> Result<(), SnapshotError> {
-    let mut spill: Option<Spill> = None;
-    let mut spilled_rows = 0i64;
-    let before = loop {
-        match lower_rows.try_recv() {
-            Ok(rows) => break rows,
-            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => return Err(SnapshotError::Stopped),
-            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
-        }
-        match upper.blocking_recv() {
-            Some(Produced::Chunk(bytes, rows)) => {
-                let aside = match spill.as_mut() {
-                    Some(aside) => aside,
-                    None => spill.insert(Spill::new()?),
-                };
-                aside.write(&bytes)?;
-                spares.give_back(bytes);
-                spilled_rows = rows;
-            }
-            Some(other) => tx.blocking_send(other).map_err(|_| Stopped)?,
-            None => break lower_rows.blocking_recv().map_err(|_| Stopped)?,
-        }
-    };
-    if let Some(aside) = spill.filter(|aside| !aside.is_empty()) {
-        aside.replay(|piece, last| {
-            let mut chunk = spares.get(piece.len());
-            chunk.extend_from_slice(piece);
-            let rows = if last { before + spilled_rows } else { before };
-            tx.blocking_send(Produced::Chunk(chunk, rows)).map_err(|_| SnapshotError::Stopped)
-        })?;
-    } else if spilled_rows > 0 {
-        // Rows without bytes (progress alone): counted all the same.
-        tx.blocking_send(Produced::Chunk(Vec::new(), before + spilled_rows)).map_err(|_| Stopped)?;
-    }
-    while let Some(next) = upper.blocking_recv() {
-        let next = match next {
-            Produced::Chunk(bytes, rows) => Produced::Chunk(bytes, before + rows),
-            other => other,
-        };
-        tx.blocking_send(next).map_err(|_| Stopped)?;
-    }
-    Ok(())
 }
 
 /// A file whose rows are all written: what ends it, on a blocking thread.
@@ -1531,8 +1149,7 @@ async fn copy_rows<W: RowEncoder>(
     let (raw_tx, raw_rx) = mpsc::channel::<Vec<u8>>(BATCHES_IN_FLIGHT);
     let batches = SpareChunks::default();
     let decoded = batches.clone();
-    let keyed = plan.part.is_some() || plan.half.is_some();
-    let shape = RowShape { columns: plan.columns.clone(), extra: plan.extra_fields(), key_at: keyed.then(|| plan.select.len() - 1), repeats: plan.half.is_some(), utf8 };
+    let shape = RowShape { columns: plan.columns.clone(), extra: plan.extra_fields(), key_at: plan.part.map(|_| plan.select.len() - 1), utf8 };
     let chunks = tx.clone();
     let encoding = tokio::task::spawn_blocking(move || encode_rows(&shape, (raw_rx, &decoded), out, &chunks));
     let read: Result<(), SnapshotError> = async {
@@ -1591,13 +1208,11 @@ const BATCH_BYTES: usize = 256 * 1024;
 const BATCHES_IN_FLIGHT: usize = 16;
 
 /// What the encoding thread needs of a plan: the file's columns, the fields after them, where
-/// a part's or a half's key is, whether a key may repeat (in a half: [`Keys::in_order`]), and
-/// whether the database's text is UTF-8 without a check ([`write_fields`]).
+/// a part's key is, and whether the database's text is UTF-8 without a check ([`write_fields`]).
 struct RowShape {
     columns: Vec<Cell>,
     extra: usize,
     key_at: Option<usize>,
-    repeats: bool,
     utf8: bool,
 }
 
@@ -1612,11 +1227,7 @@ fn encode_rows<W: RowEncoder>(shape: &RowShape, (mut raw, batches): (mpsc::Recei
         while let Some(tuple) = decoder.next_tuple()? {
             write_fields(&shape.columns, shape.extra, shape.utf8, &tuple, &mut out.file)?;
             if let Some(at) = shape.key_at {
-                let key = key_field(&tuple, at)?;
-                match shape.repeats {
-                    true => keys.in_order(key)?,
-                    false => keys.saw(key)?,
-                }
+                keys.saw(key_field(&tuple, at)?)?;
             }
             out.row_done()?;
         }
@@ -1703,18 +1314,6 @@ impl Keys {
     /// sorted, and a repeated key then shows as the same key again.
     fn saw(&mut self, key: i64) -> Result<(), SnapshotError> {
         self.may_follow(key)?;
-        self.first.get_or_insert(key);
-        self.last = Some(key);
-        Ok(())
-    }
-
-    /// Notes the next row's key in a half of a whole export ([`Half`]): a key may repeat there
-    /// (an inner join's repeats are counted, and written as the join gives them), but a lower
-    /// one means the rows did not come in key order, and the export is read again, sorted.
-    fn in_order(&mut self, key: i64) -> Result<(), SnapshotError> {
-        if let Some(last) = self.last.filter(|last| key < *last) {
-            return Err(SnapshotError::OutOfOrder(format!("a row's key {key} came after {last}")));
-        }
         self.first.get_or_insert(key);
         self.last = Some(key);
         Ok(())
@@ -2317,75 +1916,6 @@ filters = [
         assert!(keys.may_follow(10).is_ok());
         assert_eq!((keys.first, keys.last), (Some(5), Some(9)), "a refused key is not noted");
         assert!(!SnapshotError::OutOfOrder(String::new()).is_permanent(), "read again, sorted, not failed for good");
-    }
-
-    #[test]
-    fn a_whole_csv_export_on_postgresql_is_cut_at_a_key_into_two_unsorted_halves() {
-        let request = ExportRequest::new("orders");
-        let plan = Plan::new(&orders(), &request, &resolved(&["order_id", "customer_name"]), "ten_acme", DbBackend::Postgres).unwrap();
-        assert!(plan.may_read_in_halves());
-        let filtered = "WHERE (o.tenant_id) = E'ten_acme' AND (o.placed_at) >= 1767225600000 AND (o.placed_at) < 1767312000000";
-        let from = format!("FROM orders o LEFT JOIN customers c ON c.tenant_id = o.tenant_id AND c.id = o.customer_id {filtered}");
-        let columns = "SELECT CAST((o.id) AS BIGINT), CAST((c.name) AS TEXT), CAST((o.id) AS BIGINT)";
-        assert_eq!(plan.half(Half::Lower(500)).rows_sql(), format!("{columns} {from} AND (o.id) <= 500"), "no ORDER BY: its order is checked");
-        assert_eq!(plan.half(Half::Upper(500)).rows_sql(), format!("{columns} {from} AND (o.id) > 500"));
-        assert_eq!(
-            plan.key_bounds_sql(),
-            format!("SELECT COUNT(*), COUNT(k), CAST(MIN(k) AS BIGINT), CAST(MAX(k) AS BIGINT) FROM (SELECT (o.id) AS k FROM orders o {filtered}) AS keys"),
-            "counted over the first table alone, as the count is"
-        );
-        assert_eq!(plan.key_type_sql(), "SELECT CAST(pg_typeof((SELECT o.id FROM orders o LIMIT 0)) AS TEXT)");
-        assert_eq!(plan.key_column(), Some((Some("o"), "id")));
-        assert!(!plan.half(Half::Lower(500)).may_read_in_halves(), "a half is not cut again");
-        let mut by_expression = orders();
-        by_expression.key = "o.id + 0".into();
-        assert!(!Plan::new(&by_expression, &request, &resolved(&["order_id"]), "ten_acme", DbBackend::Postgres).unwrap().may_read_in_halves(), "a key that is no plain column");
-        assert!(!plan.clone().in_one_read().may_read_in_halves(), "once out of order, read in one query");
-        assert!(!plan.part(KeyRange { after: None, max_key: 9000, limit: 500 }, PartOrder::Checked).may_read_in_halves(), "a part is read whole");
-        let mut workbook = ExportRequest::new("orders");
-        workbook.format = FileFormat::Xlsx;
-        assert!(!Plan::new(&orders(), &workbook, &resolved(&["order_id"]), "ten_acme", DbBackend::Postgres).unwrap().may_read_in_halves(), "a workbook is written in one pass");
-        assert!(!Plan::new(&orders(), &request, &resolved(&["order_id"]), "ten_acme", DbBackend::Sqlite).unwrap().may_read_in_halves());
-    }
-
-    #[test]
-    fn the_cut_is_halfway_between_the_lowest_and_highest_keys_and_leaves_a_key_on_each_side() {
-        assert_eq!(middle(1, 2), 1);
-        assert_eq!(middle(1, 1_999_000), 999_500);
-        assert_eq!(middle(-3, -2), -3, "rounded down, not towards zero");
-        assert_eq!(middle(i64::MIN, i64::MAX), -1, "no overflow");
-        assert_eq!(middle(i64::MAX - 1, i64::MAX), i64::MAX - 1);
-    }
-
-    #[test]
-    fn only_a_plan_that_reads_the_keys_index_forward_under_hash_joins_and_nested_loops_keeps_its_order() {
-        let by_key = "((tenant_id = 'ten_acme'::text) AND (id > 999500))";
-        let scan = |kind: &str, direction: &str, alias: &str, cond: &str| serde_json::json!({"Node Type": kind, "Scan Direction": direction, "Alias": alias, "Index Cond": cond});
-        let join = |kind: &str, outer: serde_json::Value| serde_json::json!({"Node Type": kind, "Plans": [outer, {"Node Type": "Hash", "Plans": [{"Node Type": "Seq Scan"}]}]});
-        let explained = |plan: serde_json::Value| serde_json::json!([{"Plan": plan}]);
-        let key = (Some("o"), "id");
-        assert!(keeps_key_order(&explained(join("Hash Join", scan("Index Scan", "Forward", "o", by_key))), key));
-        assert!(keeps_key_order(&explained(join("Nested Loop", join("Hash Join", scan("Index Only Scan", "Forward", "o", "(id > 5)")))), key));
-        assert!(keeps_key_order(&explained(scan("Index Scan", "Forward", "orders", "(ID > 5)")), (None, "Id")), "names are compared as PostgreSQL folds them");
-        let by_time = "((tenant_id = 'ten_acme'::text) AND (placed_at >= 0))";
-        assert!(!keeps_key_order(&explained(join("Hash Join", scan("Index Scan", "Forward", "o", by_time))), key), "an index of the times: rows in time order");
-        assert!(!keeps_key_order(&explained(join("Hash Join", scan("Index Scan", "Forward", "c", "(id > 5)"))), key), "another table's index");
-        assert!(!keeps_key_order(&explained(join("Hash Join", serde_json::json!({"Node Type": "Seq Scan", "Alias": "o"}))), key), "a table's order is not the key's");
-        assert!(!keeps_key_order(&explained(join("Hash Join", scan("Index Scan", "Backward", "o", by_key))), key));
-        assert!(!keeps_key_order(&explained(join("Merge Join", scan("Index Scan", "Forward", "o", by_key))), key));
-        assert!(!keeps_key_order(&explained(serde_json::json!({"Node Type": "Gather", "Plans": [scan("Index Scan", "Forward", "o", by_key)]})), key), "processes side by side");
-        assert!(!keeps_key_order(&explained(serde_json::json!({"Node Type": "Hash Join"})), key), "a join without its sides");
-        assert!(!keeps_key_order(&serde_json::json!({"no": "plan"}), key));
-    }
-
-    #[test]
-    fn in_a_half_a_key_may_repeat_but_never_go_down() {
-        let mut keys = Keys::default();
-        keys.in_order(5).unwrap();
-        keys.in_order(5).unwrap();
-        keys.in_order(9).unwrap();
-        assert!(matches!(keys.in_order(7), Err(SnapshotError::OutOfOrder(_))));
-        assert_eq!((keys.first, keys.last), (Some(5), Some(9)));
     }
 
     /// The start of a binary COPY stream: its signature, no flags, no header extension.

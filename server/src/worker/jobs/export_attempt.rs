@@ -51,8 +51,6 @@ pub(super) struct Staged {
     pub(super) counted: Option<i64>,
     /// A part's keys and the moment its snapshot shows.
     pub(super) part: Option<PartRead>,
-    /// For a whole export read in two halves at once: the key they were cut after.
-    pub(super) cut_after: Option<i64>,
 }
 
 /// What a part's read saw besides its rows.
@@ -167,7 +165,7 @@ impl Attempt<'_> {
         let mut hasher = Sha256::new();
         let mut crc = crc32fast::Hasher::new();
         let mut encoder = Encoder::new(compression);
-        let (mut rows, mut bytes, mut total, mut first_chunk, mut part, mut cut_after) = (0i64, 0i64, None, true, None, None);
+        let (mut rows, mut bytes, mut total, mut first_chunk, mut part) = (0i64, 0i64, None, true, None);
         let consumed: Result<(), Stop> = async {
             loop {
                 let next = tokio::select! {
@@ -182,10 +180,6 @@ impl Attempt<'_> {
                         self.lease.counted(n);
                     }
                     Produced::Part { first_key, last_key, read_at, last } => part = Some(PartRead { first_key, last_key, read_at, last }),
-                    Produced::InHalves { mid } => {
-                        cut_after = Some(mid);
-                        self.fault("read_in_halves")?;
-                    }
                     Produced::Chunk(csv, written) => {
                         let chunk = encoder.encode(&csv).map_err(Stop::internal)?;
                         hasher.update(chunk);
@@ -221,7 +215,7 @@ impl Attempt<'_> {
         crc.update(&tail);
         bytes += tail.len() as i64;
         upload.write(&tail).await.map_err(Stop::storage)?;
-        Ok(Staged { rows, bytes, sha256: hex::encode(hasher.finalize()), crc32: crc.finalize(), counted: total, part, cut_after })
+        Ok(Staged { rows, bytes, sha256: hex::encode(hasher.finalize()), crc32: crc.finalize(), counted: total, part })
     }
 
     /// The staged object at `key` must be exactly what was streamed: same size, same digest,

@@ -74,17 +74,7 @@ impl Attempt<'_> {
     async fn one_file(&self, plan: Plan, permission: Permission, request: &app::ExportRequest) -> Result<Box<jobs::Model>, Stop> {
         let job = self.job;
         let started = std::time::Instant::now();
-        let compression = request.options.compression;
-        let staged = match self.stage(snapshot::produce(&self.ctx.snapshots, plan.clone()), self.staging, compression, Progress::Whole).await {
-            // Read in halves, unsorted, and a key came out of order: the whole file again, read
-            // sorted in one query (its staging upload was aborted; nothing of it is kept).
-            Err(Stop::OutOfKeyOrder(detail)) => {
-                tracing::info!(target: "exportd::lifecycle", export = %job.id, generation = job.generation, detail, "the export's rows came out of key order; reading it again, sorted");
-                self.fault("whole_out_of_key_order")?;
-                self.stage(snapshot::produce(&self.ctx.snapshots, plan.in_one_read()), self.staging, compression, Progress::Whole).await?
-            }
-            staged => staged?,
-        };
+        let staged = self.stage(snapshot::produce(&self.ctx.snapshots, plan), self.staging, request.options.compression, Progress::Whole).await?;
         let total = staged.counted.ok_or_else(|| Stop::internal("the snapshot was never counted"))?;
         if staged.rows != total {
             return Err(Stop::invalid_data(format!("wrote {} rows but the snapshot counted {total}", staged.rows)));
@@ -109,7 +99,7 @@ impl Attempt<'_> {
         metrics.bytes_exported.inc_by(staged.bytes.max(0) as u64);
         metrics.export_duration.observe(started.elapsed().as_secs_f64());
         tracing::info!(
-            export = %job.id, rows = staged.rows, bytes = staged.bytes, in_halves = staged.cut_after.is_some(),
+            export = %job.id, rows = staged.rows, bytes = staged.bytes,
             stream_ms = streamed.as_millis() as u64, validate_ms = (validated - streamed).as_millis() as u64,
             publish_ms = (started.elapsed() - validated).as_millis() as u64, "export released"
         );
