@@ -381,11 +381,19 @@ impl ExportStore {
             .boxed()
     }
 
-    /// The hex SHA-256 of the bytes `pieces` make; `on_progress` after each chunk read. On a
-    /// local folder the files are read in place, past the page cache on a thread beside the
-    /// hashing ([`read_beside`]; object_store's local reads come in small chunks, and a bundle
-    /// is the size of the whole export).
+    /// The hex SHA-256 of the bytes `pieces` make; `on_progress` after each chunk read
+    /// ([`ExportStore::hash_pieces`] from the start).
     pub async fn digest_pieces(&self, pieces: &[crate::bundle::Piece], on_progress: OnProgress) -> Result<String, object_store::Error> {
+        Ok(hex::encode(self.hash_pieces(Sha256::new(), pieces, on_progress).await?.finalize()))
+    }
+
+    /// `hasher` carried on over the bytes `pieces` make, in order, and given back (a bundle's
+    /// digest is begun over its first pieces and ended over the rest later); `on_progress` after
+    /// each chunk read. On a local folder the files are read in place, past the page cache on a
+    /// thread beside the hashing ([`read_beside`]; object_store's local reads come in small
+    /// chunks, and a bundle is the size of the whole export); dropped before it ends, that
+    /// thread stops at its next buffer.
+    pub async fn hash_pieces(&self, mut hasher: Sha256, pieces: &[crate::bundle::Piece], on_progress: OnProgress) -> Result<Sha256, object_store::Error> {
         use futures::TryStreamExt;
         if let Some(local) = &self.local {
             let mut local_pieces = Vec::with_capacity(pieces.len());
@@ -399,15 +407,24 @@ impl ExportStore {
                 LocalPiece::File(path, _) | LocalPiece::Whole(path) => Some(path.display().to_string()),
                 LocalPiece::Bytes(_) => None,
             });
-            return on_local_files(named.unwrap_or_default(), move || digest_local_pieces(&local_pieces, &*on_progress)).await;
+            let wanted = WantedWhileHeld::default();
+            let still_wanted = wanted.flag();
+            return on_local_files(named.unwrap_or_default(), move || {
+                read_beside(&local_pieces, |bytes| {
+                    hasher.update(bytes);
+                    on_progress();
+                    still_wanted.load(std::sync::atomic::Ordering::Relaxed)
+                })?;
+                Ok(hasher)
+            })
+            .await;
         }
-        let mut hasher = Sha256::new();
         let mut bytes = self.stream_pieces(pieces.to_vec());
         while let Some(chunk) = bytes.try_next().await? {
             hasher.update(&chunk);
             on_progress();
         }
-        Ok(hex::encode(hasher.finalize()))
+        Ok(hasher)
     }
 
     /// Deletes `key`; an object that is already gone counts as deleted.
@@ -724,6 +741,7 @@ fn digest_file(file: &std::path::Path, on_progress: &(dyn Fn() + Send + Sync)) -
     read_beside(&[LocalPiece::Whole(file.to_owned())], |bytes| {
         digests.update(bytes);
         on_progress();
+        true
     })?;
     Ok(digests.finish())
 }
@@ -735,14 +753,22 @@ enum LocalPiece {
     Whole(std::path::PathBuf),
 }
 
-/// The hex SHA-256 of what `pieces` make.
-fn digest_local_pieces(pieces: &[LocalPiece], on_progress: &(dyn Fn() + Send + Sync)) -> std::io::Result<String> {
-    let mut hasher = Sha256::new();
-    read_beside(pieces, |bytes| {
-        hasher.update(bytes);
-        on_progress();
-    })?;
-    Ok(hex::encode(hasher.finalize()))
+/// A flag that is true while this is held: work on a thread of its own, handed the flag, stops
+/// once the future that awaited it is dropped.
+#[derive(Default)]
+struct WantedWhileHeld(Arc<std::sync::atomic::AtomicBool>);
+
+impl WantedWhileHeld {
+    fn flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.0.clone()
+    }
+}
+
+impl Drop for WantedWhileHeld {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Bytes read from a local file at a time.
@@ -761,8 +787,9 @@ enum Handed {
 /// Hands the bytes of `pieces`, in order, to `use_bytes` (each piece of bytes, each buffer of a
 /// file) while a thread of its own reads the files ahead: copying a file out of the page cache
 /// took an eighth of reading and hashing it on one thread, and the other core is idle while a
-/// checkpointed export's bundle's digest is read at its end.
-fn read_beside(pieces: &[LocalPiece], mut use_bytes: impl FnMut(&[u8])) -> std::io::Result<()> {
+/// checkpointed export's bundle's digest is read at its end. Once `use_bytes` says `false` (no
+/// longer wanted) the read stops and fails.
+fn read_beside(pieces: &[LocalPiece], mut use_bytes: impl FnMut(&[u8]) -> bool) -> std::io::Result<()> {
     let (read_tx, read_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Handed>>(READ_BUFFERS);
     let (used_tx, used_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     for _ in 0..READ_BUFFERS {
@@ -792,15 +819,20 @@ fn read_beside(pieces: &[LocalPiece], mut use_bytes: impl FnMut(&[u8])) -> std::
             spare.into_iter().chain(used_rx.try_iter()).for_each(direct_io::keep);
         });
         for read in read_rx {
-            match read? {
+            let wanted = match read? {
                 Handed::Piece(b) => use_bytes(&b),
                 Handed::Read(buffer, read) => {
-                    use_bytes(&buffer[read]);
+                    let wanted = use_bytes(&buffer[read]);
                     // The reader done: kept for the next read.
                     if let Err(unused) = used_tx.send(buffer) {
                         direct_io::keep(unused.0);
                     }
+                    wanted
                 }
+            };
+            if !wanted {
+                // Returning drops the channels: the reader, waiting on either, ends.
+                return Err(std::io::Error::other("the read was no longer wanted"));
             }
         }
         Ok(())
@@ -1026,11 +1058,54 @@ mod tests {
             let pieces = [Piece::Bytes(bytes::Bytes::from_static(b"head")), Piece::Object(key.clone(), range.clone()), Piece::Bytes(bytes::Bytes::from_static(b"tail"))];
             let whole = [b"head".as_slice(), &bytes[range.start as usize..range.end as usize], b"tail"].concat();
             assert_eq!(store.digest_pieces(&pieces, Arc::new(|| {})).await.unwrap(), hex::encode(Sha256::digest(&whole)), "{range:?}");
+            for cut in 0..=pieces.len() {
+                let begun = store.hash_pieces(Sha256::new(), &pieces[..cut], Arc::new(|| {})).await.unwrap();
+                let ended = store.hash_pieces(begun, &pieces[cut..], Arc::new(|| {})).await.unwrap();
+                assert_eq!(hex::encode(ended.finalize()), hex::encode(Sha256::digest(&whole)), "{range:?} carried on after piece {cut}");
+            }
         }
         let past_its_end = [Piece::Object(key.clone(), 4096..len + 1)];
         assert!(store.digest_pieces(&past_its_end, Arc::new(|| {})).await.is_err(), "a file shorter than its range");
         let digests = store.digest(&key, Arc::new(|| {})).await.unwrap();
         assert_eq!((digests.size, digests.sha256), (len, hex::encode(Sha256::digest(&bytes))));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_digest_whose_caller_is_gone_stops_reading_at_its_next_buffer() {
+        use crate::bundle::Piece;
+        let dir = tempfile::tempdir().unwrap();
+        let store = ExportStore::open(&format!("file://{}", dir.path().display())).unwrap();
+        let bytes: Vec<u8> = (0..(3 * READ_BYTES + 5_000)).map(|i| (i % 251) as u8).collect();
+        let key = Path::from("exports/ten_a/exp_gone/parts/00001.1.x.csv");
+        let mut upload = store.stage(&key, Arc::new(|| {}));
+        upload.write(&bytes).await.unwrap();
+        upload.finish().await.unwrap();
+        let pieces = vec![Piece::Object(key.clone(), 0..bytes.len() as u64)];
+        // The first buffer's progress waits at the gate until the caller is gone.
+        let (progress_tx, progress_rx) = std::sync::mpsc::channel::<()>();
+        let gate = Arc::new(std::sync::Barrier::new(2));
+        let (held, first) = (gate.clone(), std::sync::atomic::AtomicBool::new(true));
+        let on_progress: OnProgress = Arc::new(move || {
+            let _ = progress_tx.send(());
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                held.wait();
+            }
+        });
+        let hashing = tokio::spawn({
+            let store = store.clone();
+            async move { store.hash_pieces(Sha256::new(), &pieces, on_progress).await }
+        });
+        let progress_rx = tokio::task::spawn_blocking(move || progress_rx.recv().map(|()| progress_rx)).await.unwrap().unwrap();
+        hashing.abort();
+        assert!(hashing.await.unwrap_err().is_cancelled());
+        // Every sender is gone once the reading thread has ended.
+        let after = tokio::task::spawn_blocking(move || {
+            gate.wait();
+            progress_rx.iter().count()
+        })
+        .await
+        .unwrap();
+        assert_eq!(after, 0, "no buffer of the four used after the first once its caller was gone");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
