@@ -466,25 +466,32 @@ def checkpointed_figures(b, token):
 
     # The same export, its worker SIGKILLed once 90 % of its parts are checkpointed; another
     # worker takes it when the lease (5 s here) runs out and does the last part and the release.
-    worker = b.spawn("worker", "--concurrency", "1", env=env)
-    time.sleep(1)
-    view = request(b.base, "POST", "/api/exports", token, body, key=str(uuid.uuid4()))
-    export_id = view["id"]
-    wait(export_id, lambda v: (v["progress"].get("parts_done") or 0) >= 9)
-    worker.kill()
-    worker.wait()
-    b.procs.remove(worker)
-    killed = time.monotonic()
-    b.spawn("worker", "--concurrency", "1", env=env)
-    view = wait(export_id, lambda v: v["status"] == "ready")
-    wall = time.monotonic() - killed
-    generation = int(b.sql(f"SELECT generation FROM jobs WHERE id = '{export_id}'"))
-    resumed = (audit_ms(export_id, generation, "ready") - audit_ms(export_id, generation, "running")) / 1000
-    redone = int(b.sql(f"SELECT COUNT(*) FROM job_checkpoints WHERE job_id = '{export_id}' AND generation = {generation}"))
-    figure(f"PostgreSQL: resuming that export after a SIGKILL at 90 % ({redone} of {parts} parts left), claim→ready",
-           f"{resumed:.2f} s ({wall:.1f} s from the kill, with the 5 s lease)", f"{whole_work:.2f} s (the whole export, claim→ready)",
+    # Three times, like the whole export, whose best run it is held against: the best resume.
+    resumes = []
+    for _ in range(3):
+        worker = b.spawn("worker", "--concurrency", "1", env=env)
+        time.sleep(1)
+        view = request(b.base, "POST", "/api/exports", token, body, key=str(uuid.uuid4()))
+        export_id = view["id"]
+        wait(export_id, lambda v: (v["progress"].get("parts_done") or 0) >= 9)
+        worker.kill()
+        worker.wait()
+        b.procs.remove(worker)
+        killed = time.monotonic()
+        resumer = b.spawn("worker", "--concurrency", "1", env=env)
+        view = wait(export_id, lambda v: v["status"] == "ready")
+        wall = time.monotonic() - killed
+        generation = int(b.sql(f"SELECT generation FROM jobs WHERE id = '{export_id}'"))
+        resumed = (audit_ms(export_id, generation, "ready") - audit_ms(export_id, generation, "running")) / 1000
+        redone = int(b.sql(f"SELECT COUNT(*) FROM job_checkpoints WHERE job_id = '{export_id}' AND generation = {generation}"))
+        resumes.append((resumed, wall, redone))
+        b.stop(resumer)
+        shutil.rmtree(exports_dir, ignore_errors=True)
+    resumed, wall, redone = min(resumes)
+    runs = ", ".join(f"{r[0]:.2f}" for r in resumes)
+    figure(f"PostgreSQL: resuming that export after a SIGKILL at 90 % ({redone} of {parts} parts left), claim→ready, best of three",
+           f"{resumed:.2f} s ({wall:.1f} s from the kill, with the 5 s lease) (runs {runs} s)", f"{whole_work:.2f} s (the whole export, claim→ready)",
            resumed / whole_work, "≤ 0.2", resumed / whole_work <= 0.2)
-    shutil.rmtree(exports_dir, ignore_errors=True)
 
 
 def upload_file(b, token, path, content_type="text/csv"):
