@@ -145,10 +145,12 @@ on_both_backends!(a_checkpointed_export_whose_worker_is_killed_after_part_3_resu
     let expected: Vec<(String, i64)> = (1..=6).map(|n| (format!("checkpoint {n}"), if n <= 3 { 1 } else { 2 })).collect();
     assert_eq!(events, expected, "the audit trail: parts 1–3 by the first attempt, 4–6 by the second, each once");
     assert!(others.iter().any(|w| w.has_line(&["resuming after the last checkpointed part", &id, "parts=3"])), "the second attempt resumed after part 3");
-    assert!(
-        others.iter().any(|w| w.has_line(&["export released", &id, "begun_early=true"])),
-        "the bundle's digest, over parts of both attempts, was begun while the last part was finished"
-    );
+    // The release is logged once it is committed, so perhaps after the API has shown it.
+    let (others_ref, id_ref) = (&others, id.as_str());
+    eventually("the bundle's digest, over parts of both attempts, was begun while the last part was finished", LONG, || async move {
+        others_ref.iter().any(|w| w.has_line(&["export released", id_ref, "begun_early=true"]))
+    })
+    .await;
 
     download_and_check(&api, &p, &id, &done).await;
     let manifest_parts: Vec<(u64, u64)> = {

@@ -256,7 +256,8 @@ async fn a_checkpointed_export_on_s3_serves_its_bundle_through_exportd_and_each_
     let bundle = resp.bytes().await.unwrap();
     let digest = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, hex::decode(support::procs::sha256(&bundle)).unwrap());
     assert_eq!(content_digest, format!("sha-256=:{digest}:"), "the digest of the bundle's bytes, computed at release");
-    assert!(w.has_line(&["export released", &id, "begun_early=true"]), "its digest was begun over the parts in the bucket while the last part was finished");
+    let released = w.wait_line(&["export released", &id], LONG).await;
+    assert!(released.contains("begun_early=true"), "its digest was begun over the parts in the bucket while the last part was finished: {released}");
     let (unzipped, rows) = support::bundles::check(&bundle, &done, 600);
     assert_eq!(rows.len(), 2_000);
     let ranged = api.client.get(&link).header("range", "bytes=100-").send().await.unwrap();

@@ -185,12 +185,11 @@ pub(super) async fn run(a: &Attempt<'_>, plan: Plan, permission: Permission, req
     let ticker = a.lease.ticker();
     let on_progress: crate::storage::OnProgress = std::sync::Arc::new(move || ticker.tick());
     let bundle = parts::bundle(manifest.clone(), &parts);
-    let (begun_early, hasher, rest) = match digest_begun {
-        // Begun for the manifest made now: carried on over the last part.
-        Some(BegunDigest { manifest: begun_for, hashing, rest }) if begun_for == manifest => {
-            (true, hashing.await.map_err(Stop::internal)?.map_err(Stop::storage)?, rest)
-        }
-        _ => (false, Sha256::new(), bundle.pieces(0..bundle.size())),
+    // Begun for the manifest made now, it is carried on over the last part; begun for another,
+    // it is dropped (and stops) here.
+    let (begun_early, hasher, rest) = match digest_begun.filter(|begun| begun.manifest == manifest) {
+        Some(BegunDigest { hashing, rest, .. }) => (true, hashing.await.map_err(Stop::internal)?.map_err(Stop::storage)?, rest),
+        None => (false, Sha256::new(), bundle.pieces(0..bundle.size())),
     };
     let digest = hex::encode(a.store.hash_pieces(hasher, &rest, on_progress).await.map_err(Stop::storage)?.finalize());
     let digest_ms = digesting.elapsed().as_millis() as u64;
