@@ -1043,16 +1043,23 @@ mod tests {
         assert!(store.partial_uploads().is_empty(), "no partial file left");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_digest_of_pieces_reads_any_range_of_a_file_in_order_and_fails_a_file_shorter_than_its_range() {
-        use crate::bundle::Piece;
+    /// A local store holding one part of four read buffers (the last short) at `key`: the
+    /// folder, the store, the key and the part's bytes.
+    async fn a_store_with_a_part(key: &str) -> (tempfile::TempDir, ExportStore, Path, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let store = ExportStore::open(&format!("file://{}", dir.path().display())).unwrap();
         let bytes: Vec<u8> = (0..(3 * READ_BYTES + 5_000)).map(|i| (i % 253) as u8).collect();
-        let key = Path::from("exports/ten_a/exp_a/parts/00001.1.x.csv");
+        let key = Path::from(key);
         let mut upload = store.stage(&key, Arc::new(|| {}));
         upload.write(&bytes).await.unwrap();
         upload.finish().await.unwrap();
+        (dir, store, key, bytes)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_digest_of_pieces_reads_any_range_of_a_file_in_order_and_fails_a_file_shorter_than_its_range() {
+        use crate::bundle::Piece;
+        let (_dir, store, key, bytes) = a_store_with_a_part("exports/ten_a/exp_a/parts/00001.1.x.csv").await;
         let len = bytes.len() as u64;
         for range in [0..len, 4096..2 * READ_BYTES as u64 + 100, 7..READ_BYTES as u64 + 3, 8192..8202, len - 10..len, 5..5] {
             let pieces = [Piece::Bytes(bytes::Bytes::from_static(b"head")), Piece::Object(key.clone(), range.clone()), Piece::Bytes(bytes::Bytes::from_static(b"tail"))];
@@ -1073,13 +1080,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_digest_whose_caller_is_gone_stops_reading_at_its_next_buffer() {
         use crate::bundle::Piece;
-        let dir = tempfile::tempdir().unwrap();
-        let store = ExportStore::open(&format!("file://{}", dir.path().display())).unwrap();
-        let bytes: Vec<u8> = (0..(3 * READ_BYTES + 5_000)).map(|i| (i % 251) as u8).collect();
-        let key = Path::from("exports/ten_a/exp_gone/parts/00001.1.x.csv");
-        let mut upload = store.stage(&key, Arc::new(|| {}));
-        upload.write(&bytes).await.unwrap();
-        upload.finish().await.unwrap();
+        let (_dir, store, key, bytes) = a_store_with_a_part("exports/ten_a/exp_gone/parts/00001.1.x.csv").await;
         let pieces = vec![Piece::Object(key.clone(), 0..bytes.len() as u64)];
         // The first buffer's progress waits at the gate until the caller is gone.
         let (progress_tx, progress_rx) = std::sync::mpsc::channel::<()>();
